@@ -1,0 +1,1 @@
+//! Shared helpers for the cxc benches (see `benches/`).

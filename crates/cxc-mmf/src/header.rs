@@ -1,0 +1,219 @@
+//! The fixed 128-byte file header every cxc file starts with.
+//!
+//! The normative offset table is `docs/memory-layout.md`; the constants here are that table.
+//! All fields are little-endian on little-endian machines (native order); the byte-order
+//! mark detects a file written with the other order.
+
+use std::fmt;
+
+/// The header length in bytes. The primitive's body starts right after it.
+pub const HEADER_LEN: usize = 128;
+/// `b"CXC-MMF\0"` read as a native `u64`.
+pub const MAGIC: u64 = u64::from_ne_bytes(*b"CXC-MMF\0");
+/// The on-file format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Byte-order mark as written by this machine.
+pub const ENDIAN_MARK: u32 = 0x0102_0304;
+/// Largest file this build will create or map (1 GiB).
+pub const MAX_FILE_LEN: u64 = 1 << 30;
+
+/// Init-state: the creator has not finished.
+pub const INIT_UNINIT: u32 = 0;
+/// Init-state: every byte of the file is written; openers may validate and map it.
+pub const INIT_READY: u32 = 0x5245_4459; // "READY"-ish, so a zero-filled file is not ready
+
+/// Byte offsets of the header fields (see `docs/memory-layout.md`).
+pub mod off {
+    /// `u64` magic.
+    pub const MAGIC: usize = 0;
+    /// `u32` format version.
+    pub const VERSION: usize = 8;
+    /// `u32` byte-order mark.
+    pub const ENDIAN: usize = 12;
+    /// `u32` primitive kind code.
+    pub const KIND: usize = 16;
+    /// `u32` header length (always 128).
+    pub const HEADER_LEN: usize = 20;
+    /// `u64` total file length.
+    pub const TOTAL_LEN: usize = 24;
+    /// `u32` size of the primitive's fixed block.
+    pub const HEAD_SIZE: usize = 32;
+    /// `u32` size of one slot.
+    pub const SLOT_SIZE: usize = 36;
+    /// `u64` number of slots.
+    pub const CAPACITY: usize = 40;
+    /// `u32` payload size.
+    pub const PAYLOAD_SIZE: usize = 48;
+    /// `u32` payload alignment.
+    pub const PAYLOAD_ALIGN: usize = 52;
+    /// `u64` payload type-name hash.
+    pub const TYPE_HASH: usize = 56;
+    /// `[u64; 4]` primitive parameters.
+    pub const PARAMS: usize = 64;
+    /// `u32` creator pid.
+    pub const CREATOR_PID: usize = 96;
+    /// `u64` creator start time (clock ticks since boot).
+    pub const CREATOR_START: usize = 104;
+    /// `u32` init-state word, stored last by the creator.
+    pub const INIT_STATE: usize = 112;
+    /// `u64` checksum over bytes 0..112.
+    pub const CHECKSUM: usize = 120;
+}
+
+/// Which primitive a file holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// `OwnerLease<T>`.
+    Lease,
+    /// `HeartbeatTable`.
+    Heartbeat,
+    /// `SharedSemaphore`.
+    Semaphore,
+    /// A test-only kind, for exercising the file layer itself.
+    Test,
+}
+
+impl Kind {
+    /// The on-file code.
+    pub const fn code(self) -> u32 {
+        match self {
+            Kind::Lease => 1,
+            Kind::Heartbeat => 2,
+            Kind::Semaphore => 3,
+            Kind::Test => 0xFF,
+        }
+    }
+
+    /// The kind for an on-file code, if known.
+    pub const fn from_code(code: u32) -> Option<Kind> {
+        match code {
+            1 => Some(Kind::Lease),
+            2 => Some(Kind::Heartbeat),
+            3 => Some(Kind::Semaphore),
+            0xFF => Some(Kind::Test),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name, as the CLI prints it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Lease => "lease",
+            Kind::Heartbeat => "heartbeat",
+            Kind::Semaphore => "semaphore",
+            Kind::Test => "test",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Size, alignment and a stable hash of the payload type's name.
+///
+/// The name hash is FNV-1a over [`core::any::type_name`]; it catches a file created for
+/// `Foo` being opened as `Bar` of the same size. (Type names are stable for a given
+/// compiler; processes sharing a file should be built from the same source.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TypeFingerprint {
+    /// `size_of::<T>()`.
+    pub size: u32,
+    /// `align_of::<T>()`.
+    pub align: u32,
+    /// FNV-1a hash of `type_name::<T>()`.
+    pub name_hash: u64,
+}
+
+impl TypeFingerprint {
+    /// The fingerprint of `T`.
+    pub fn of<T>() -> Self {
+        TypeFingerprint {
+            size: size_of::<T>() as u32,
+            align: align_of::<T>() as u32,
+            name_hash: fnv1a(core::any::type_name::<T>().as_bytes()),
+        }
+    }
+
+    /// The fingerprint of "no payload".
+    pub const NONE: TypeFingerprint = TypeFingerprint {
+        size: 0,
+        align: 0,
+        name_hash: 0,
+    };
+}
+
+impl fmt::Display for TypeFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "size {} align {} name-hash {:#018x}",
+            self.size, self.align, self.name_hash
+        )
+    }
+}
+
+/// FNV-1a, 64-bit.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// What a primitive asks the file layer to create: everything that goes into the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Which primitive.
+    pub kind: Kind,
+    /// Size of the primitive's fixed block, right after the header (multiple of 64).
+    pub head_size: u32,
+    /// Size of one slot (multiple of 8; 0 when there are no slots).
+    pub slot_size: u32,
+    /// Number of slots.
+    pub capacity: u64,
+    /// The payload type, or [`TypeFingerprint::NONE`].
+    pub payload: TypeFingerprint,
+    /// Primitive-specific parameters (epoch mode, tick length, max permits, ...).
+    pub params: [u64; 4],
+}
+
+impl Layout {
+    /// Total file length for this layout, or `None` if it overflows or exceeds
+    /// [`MAX_FILE_LEN`].
+    pub fn total_len(&self) -> Option<u64> {
+        let slots = u64::from(self.slot_size).checked_mul(self.capacity)?;
+        let total = (HEADER_LEN as u64)
+            .checked_add(u64::from(self.head_size))?
+            .checked_add(slots)?;
+        (total <= MAX_FILE_LEN).then_some(total)
+    }
+
+    /// Offset of the fixed block.
+    pub const fn head_offset(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Offset of slot 0.
+    pub const fn slots_offset(&self) -> usize {
+        HEADER_LEN + self.head_size as usize
+    }
+}
+
+/// Everything read from a validated header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderInfo {
+    /// The layout recorded in the file.
+    pub layout: Layout,
+    /// Total file length.
+    pub total_len: u64,
+    /// Pid of the process that created the file.
+    pub creator_pid: u32,
+    /// Start time (clock ticks since boot) of the creating process, 0 if unknown.
+    pub creator_start: u64,
+}
