@@ -1,3 +1,11 @@
 //! Cross-process synchronization primitives that live in memory-mapped files.
 //!
-//! This crate is a placeholder until the primitives land.
+//! - [`epoch`]: manual or clock-driven epochs, the time base of heartbeats.
+//! - [`liveness`]: process identity (pid + start time) and whether it is still alive.
+
+pub mod epoch;
+pub(crate) mod futex;
+pub mod liveness;
+pub(crate) mod primitive;
+
+pub use epoch::EpochMode;
