@@ -9,3 +9,8 @@ pub mod liveness;
 pub(crate) mod primitive;
 
 pub use epoch::EpochMode;
+pub mod lease;
+
+pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+#[cfg(not(cxc_loom))]
+pub use lease::{LeaseStatus, OwnerLease};

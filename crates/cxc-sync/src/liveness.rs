@@ -90,3 +90,74 @@ mod tests {
         assert_eq!(check(pid, start), Liveness::Dead);
     }
 }
+
+/// Watches one recorded identity cheaply: a pidfd is opened once per identity (and the
+/// identity verified against `/proc` after opening, so the fd names the right process);
+/// each later check is one non-blocking `poll`, far cheaper than parsing `/proc`.
+#[derive(Debug, Default)]
+pub(crate) struct PidWatch {
+    key: (u32, u64),
+    #[cfg(all(target_os = "linux", not(cxc_loom)))]
+    fd: Option<std::os::fd::OwnedFd>,
+    dead: bool,
+}
+
+impl PidWatch {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Liveness of the process `pid` that started at `start_time` (0 = unknown).
+    pub(crate) fn liveness(&mut self, pid: u32, start_time: u64) -> Liveness {
+        if pid == 0 || start_time == 0 {
+            return Liveness::Unknown;
+        }
+        #[cfg(all(target_os = "linux", not(cxc_loom)))]
+        {
+            use rustix::event::{PollFd, PollFlags, poll};
+            use rustix::process::{Pid, PidfdFlags, pidfd_open};
+            if self.key != (pid, start_time) {
+                self.key = (pid, start_time);
+                self.dead = false;
+                self.fd = None;
+                let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+                    return Liveness::Unknown;
+                };
+                match pidfd_open(raw, PidfdFlags::empty()) {
+                    Ok(fd) => match check(pid, start_time) {
+                        Liveness::Dead => self.dead = true,
+                        Liveness::Alive => self.fd = Some(fd),
+                        Liveness::Unknown => return Liveness::Unknown,
+                    },
+                    Err(rustix::io::Errno::SRCH) => self.dead = true,
+                    Err(_) => return check(pid, start_time),
+                }
+            }
+            if self.dead {
+                return Liveness::Dead;
+            }
+            let Some(fd) = &self.fd else {
+                return check(pid, start_time);
+            };
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let zero = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            match poll(&mut fds, Some(&zero)) {
+                // A pidfd polls readable once the process has exited (zombie included).
+                Ok(n) if n > 0 => {
+                    self.dead = true;
+                    Liveness::Dead
+                }
+                Ok(_) => Liveness::Alive,
+                Err(_) => check(pid, start_time),
+            }
+        }
+        #[cfg(not(all(target_os = "linux", not(cxc_loom))))]
+        {
+            let _ = (&mut self.key, &mut self.dead);
+            check(pid, start_time)
+        }
+    }
+}

@@ -1,0 +1,601 @@
+//! The mapped-file lease: [`OwnerLease<T>`].
+
+use std::marker::PhantomData;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+use super::state::{
+    ID_MASK, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WRITE_BIT, counter, pid_of,
+};
+use crate::epoch::{EpochClock, EpochMode};
+use crate::liveness::{Liveness, PidWatch};
+use crate::primitive::{Ordering, fence};
+
+/// Size of the lease's fixed block in the file.
+const HEAD_SIZE: u32 = size_of::<LeaseState>() as u32;
+/// How often a blocked `acquire` re-checks staleness and owner death while asleep.
+const BLOCKED_POLL: Duration = Duration::from_millis(1);
+/// Claim attempts spent spinning before a blocked `acquire` sleeps in the kernel.
+const SPIN_BEFORE_PARK: u32 = 64;
+
+/// A cross-process lease on a payload `T` of at most 48 bytes, in a mapped file.
+///
+/// Any process that opens the file can claim the lease. A claim is granted when the lease
+/// is vacant, when the claimant's pid is lower than the holder's ([`Preemption::LowerPid`],
+/// the seed default), when the holder's heartbeat is more than `grace` epochs old, or —
+/// at once — when the OS shows the holder process is gone (for claims a process made for
+/// its own pid). Every claim carries a generation (the fencing token); operations by a
+/// holder whose claim was superseded fail instead of silently succeeding.
+///
+/// `T` must be valid for every bit pattern (zerocopy's `FromBytes`), since another process
+/// may write any bytes into the file:
+///
+/// ```compile_fail
+/// # let dir = tempfile::tempdir().unwrap();
+/// let lease = cxc_sync::OwnerLease::<bool>::create(dir.path().join("l"), false);
+/// ```
+///
+/// # Examples
+/// ```
+/// use cxc_sync::OwnerLease;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let lease: OwnerLease<u64> = OwnerLease::create(dir.path().join("counter.lease"), 0)?;
+/// let me = std::process::id();
+/// if lease.try_acquire(me, 3) {
+///     for _ in 0..1000 {
+///         let v = lease.read_as_owner(me).unwrap();
+///         assert!(lease.write_as_owner(me, v + 1));
+///     }
+///     lease.release(me);
+/// }
+/// assert_eq!(lease.with_lease(me, 3, |v| *v), Some(1000));
+/// # Ok(())
+/// # }
+/// ```
+pub struct OwnerLease<T> {
+    map: Mapped<LeaseState>,
+    clock: EpochClock,
+    preemption: Preemption,
+    _payload: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for OwnerLease<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnerLease")
+            .field("path", &self.map.path())
+            .field("claim", &self.map.head().claim.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// A snapshot of a lease's state, for tools and diagnostics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseStatus {
+    /// Holder pid, `None` when vacant.
+    pub owner: Option<u32>,
+    /// Generation of the current (or last) claim.
+    pub generation: u64,
+    /// Start time recorded for the holder (clock ticks since boot), if it claimed its own pid.
+    pub owner_start: Option<u64>,
+    /// Whether a write (or `with_lease` closure) is in flight.
+    pub writing: bool,
+    /// Whether the holder inherited an interrupted write it has not yet overwritten.
+    pub torn: bool,
+    /// Epoch of the holder's last beat.
+    pub heartbeat_epoch: u64,
+    /// The current epoch.
+    pub epoch: u64,
+    /// The epoch source.
+    pub epoch_mode: EpochMode,
+    /// The preemption policy.
+    pub preemption: Preemption,
+    /// Acquirers asleep in the kernel (may over-count after a waiter died).
+    pub waiters: u32,
+    /// Cumulative counters, indexed by [`counter`](super::counter).
+    pub counters: [u64; counter::COUNT],
+}
+
+fn check_payload<T>() -> Result<(), LeaseError> {
+    if size_of::<T>() > PAYLOAD_BYTES {
+        return Err(LeaseError::PayloadTooLarge {
+            max: PAYLOAD_BYTES,
+            found: size_of::<T>(),
+        });
+    }
+    if align_of::<T>() > 8 {
+        return Err(LeaseError::PayloadAlign {
+            max: 8,
+            found: align_of::<T>(),
+        });
+    }
+    Ok(())
+}
+
+fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
+    let mut words = [0u64; PAYLOAD_WORDS];
+    let src = value.as_bytes();
+    if let Some(dst) = words.as_mut_bytes().get_mut(..src.len()) {
+        dst.copy_from_slice(src);
+    }
+    words
+}
+
+fn from_words<T: FromBytes>(words: &[u64; PAYLOAD_WORDS]) -> Option<T> {
+    T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
+}
+
+fn check_params(params: &[u64; 4]) -> Result<(), MmfError> {
+    if Preemption::from_code(params[0]).is_none() {
+        return Err(MmfError::ParamMismatch {
+            name: "preemption",
+            expected: "0 (lower pid) or 1 (never)".into(),
+            found: params[0],
+        });
+    }
+    if EpochMode::decode(params[1], params[2]).is_none() {
+        return Err(MmfError::ParamMismatch {
+            name: "epoch_mode",
+            expected: "0 (manual, tick 0) or 1 (clock, tick 1 µs..1 day)".into(),
+            found: params[1],
+        });
+    }
+    if params[3] != 0 {
+        return Err(MmfError::ParamMismatch {
+            name: "reserved",
+            expected: "0".into(),
+            found: params[3],
+        });
+    }
+    Ok(())
+}
+
+/// Aborts an unfinished `with_lease` if its closure panics: nothing is published and the
+/// lease is released.
+struct AbortOnUnwind<'a> {
+    state: &'a LeaseState,
+    word: u64,
+    armed: bool,
+}
+
+impl Drop for AbortOnUnwind<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.state.abort_write(self.word, true);
+        }
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    /// Creates a lease file holding `initial`, with the seed's defaults (lower pid
+    /// preempts, manual epochs, mode 0600). Fails if anything exists at `path`.
+    ///
+    /// # Errors
+    /// [`LeaseError::PayloadTooLarge`]/[`LeaseError::PayloadAlign`] for an unsuitable `T`;
+    /// [`LeaseError::File`] if the file exists or cannot be written.
+    pub fn create(path: impl AsRef<Path>, initial: T) -> Result<Self, LeaseError> {
+        Self::create_with(path, initial, &LeaseOptions::default())
+    }
+
+    /// Creates a lease file with explicit options.
+    ///
+    /// # Errors
+    /// As [`OwnerLease::create`], plus [`LeaseError::InvalidOption`].
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        initial: T,
+        opts: &LeaseOptions,
+    ) -> Result<Self, LeaseError> {
+        let layout = Self::layout(opts)?;
+        let map = Mapped::create(path, layout, &Self::create_options(opts), |s, _| {
+            Self::init(s, &initial)
+        })?;
+        Ok(Self::from_map(map))
+    }
+
+    /// Creates the lease, or opens it if another process created it first (exactly one
+    /// racing process initialises it with its `initial`).
+    ///
+    /// # Errors
+    /// As [`OwnerLease::create_with`] and [`OwnerLease::open`].
+    pub fn create_or_open(
+        path: impl AsRef<Path>,
+        initial: T,
+        opts: &LeaseOptions,
+    ) -> Result<(Self, Origin), LeaseError> {
+        let layout = Self::layout(opts)?;
+        let (map, origin) = Mapped::create_or_open(
+            path,
+            layout,
+            &Self::create_options(opts),
+            &Self::expect(),
+            |s, _| Self::init(s, &initial),
+        )?;
+        Ok((Self::from_map(map), origin))
+    }
+
+    /// Opens an existing lease file, validating the header, the layout, the options
+    /// stored in it and that it was created for this `T`.
+    ///
+    /// # Errors
+    /// [`LeaseError::File`] with the exact mismatch; payload errors as for `create`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, LeaseError> {
+        check_payload::<T>()?;
+        let map = Mapped::open(path, &Self::expect())?;
+        Ok(Self::from_map(map))
+    }
+
+    fn layout(opts: &LeaseOptions) -> Result<Layout, LeaseError> {
+        check_payload::<T>()?;
+        if !opts.epoch.is_valid() {
+            return Err(LeaseError::InvalidOption(format!(
+                "epoch tick must be between {:?} and {:?}",
+                crate::epoch::MIN_TICK,
+                crate::epoch::MAX_TICK
+            )));
+        }
+        let (mode, tick) = opts.epoch.encode();
+        Ok(Layout {
+            kind: Kind::Lease,
+            head_size: HEAD_SIZE,
+            slot_size: 0,
+            capacity: 0,
+            payload: TypeFingerprint::of::<T>(),
+            params: [opts.preemption.code(), mode, tick, 0],
+        })
+    }
+
+    fn create_options(opts: &LeaseOptions) -> CreateOptions {
+        CreateOptions {
+            mode: opts.mode,
+            init_timeout: opts.init_timeout,
+        }
+    }
+
+    fn expect() -> Expect<'static> {
+        Expect {
+            kind: Kind::Lease,
+            head_size: HEAD_SIZE,
+            slot_size: 0,
+            capacity: Some(0),
+            max_capacity: 0,
+            payload: TypeFingerprint::of::<T>(),
+            check_params: &check_params,
+        }
+    }
+
+    fn init(state: &LeaseState, initial: &T) {
+        for (dst, w) in state.bufs[0].words.iter().zip(to_words(initial)) {
+            dst.store(w, Ordering::Relaxed);
+        }
+    }
+
+    fn from_map(map: Mapped<LeaseState>) -> Self {
+        let p = map.info().layout.params;
+        // Validated by `check_params` (open) or built from valid options (create).
+        let epoch = EpochMode::decode(p[1], p[2]).unwrap_or_default();
+        let preemption = Preemption::from_code(p[0]).unwrap_or_default();
+        OwnerLease {
+            map,
+            clock: EpochClock::new(epoch),
+            preemption,
+            _payload: PhantomData,
+        }
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    #[inline]
+    fn state(&self) -> &LeaseState {
+        self.map.head()
+    }
+
+    #[inline]
+    fn policy(&self) -> Policy {
+        Policy {
+            preempt_lower: self.preemption == Preemption::LowerPid,
+        }
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        self.clock.now(&self.state().epoch)
+    }
+
+    /// Seed API: claims the lease for `my_pid` if it is vacant, held by a higher pid
+    /// (with [`Preemption::LowerPid`]), stale by more than `grace` epochs, or held by a
+    /// process that no longer exists. Idempotent for the current holder. PID 0 is refused.
+    #[inline]
+    pub fn try_acquire(&self, my_pid: u32, grace: u64) -> bool {
+        self.try_claim(my_pid, grace).is_some()
+    }
+
+    /// Like [`try_acquire`](Self::try_acquire), returning the fenced claim.
+    #[inline]
+    pub fn try_claim(&self, my_pid: u32, grace: u64) -> Option<LeaseClaim> {
+        let now = self.now();
+        self.state()
+            .try_claim(
+                self.policy(),
+                my_pid,
+                grace,
+                now,
+                &mut |s, w| s.holder_liveness(w),
+                false,
+            )
+            .map(|(c, _)| c)
+    }
+
+    /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
+    /// spins briefly, then sleeps in the kernel (futex on the file) and is woken by a
+    /// release; while asleep it re-checks every millisecond for a stale heartbeat or a
+    /// dead holder (one `poll` on a pidfd), so a crashed holder is replaced promptly.
+    pub fn acquire(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
+        if let Some(c) = self.try_claim(my_pid, grace) {
+            return Some(c);
+        }
+        if my_pid == 0 {
+            return None;
+        }
+        self.acquire_slow(my_pid, grace, timeout)
+    }
+
+    #[cold]
+    fn acquire_slow(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
+        let st = self.state();
+        let started = Instant::now();
+        let deadline = started.checked_add(timeout);
+        let mut watch = PidWatch::new();
+        let mut judge = |s: &LeaseState, w: u64| match s.holder_start(w) {
+            Some(start) => watch.liveness(pid_of(w), start),
+            None => Liveness::Unknown,
+        };
+        for _ in 0..SPIN_BEFORE_PARK {
+            std::hint::spin_loop();
+            if let Some((c, _)) =
+                st.try_claim(self.policy(), my_pid, grace, self.now(), &mut judge, false)
+            {
+                return Some(c);
+            }
+        }
+        st.bump(counter::BLOCKED_WAITS, 1);
+        loop {
+            st.waiters.fetch_add(1, Ordering::SeqCst);
+            // SYNC: waiters. Pairs with the SeqCst release CAS + waiters load in
+            // `wake_waiters`: either the releaser sees us or we see its release.
+            fence(Ordering::SeqCst);
+            let seq = st.wake.load(Ordering::SeqCst);
+            let got = st.try_claim(self.policy(), my_pid, grace, self.now(), &mut judge, false);
+            let mut timed_out = false;
+            if got.is_none() {
+                match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                    Some(Duration::ZERO) => timed_out = true,
+                    rem => crate::futex::wait(
+                        &st.wake,
+                        seq,
+                        rem.map_or(BLOCKED_POLL, |r| r.min(BLOCKED_POLL)),
+                    ),
+                }
+            }
+            st.waiters.fetch_sub(1, Ordering::SeqCst);
+            if got.is_some() || timed_out {
+                st.bump(counter::BLOCKED_NS, started.elapsed().as_nanos() as u64);
+                if timed_out {
+                    st.bump(counter::TIMEOUTS, 1);
+                }
+                return got.map(|(c, _)| c);
+            }
+        }
+    }
+
+    /// Seed API: releases the lease if `my_pid` holds it.
+    #[inline]
+    pub fn release(&self, my_pid: u32) -> bool {
+        let cur = self.state().claim.load(Ordering::Acquire);
+        if my_pid == 0 || pid_of(cur) != my_pid {
+            return false;
+        }
+        self.state().release_id(cur & ID_MASK)
+    }
+
+    /// Releases `claim` if it is still the current claim; a stale claim never clears a
+    /// newer one.
+    #[inline]
+    pub fn release_claim(&self, claim: &LeaseClaim) -> bool {
+        self.state().release_id(claim.id)
+    }
+
+    /// Seed API: claims the lease (as [`try_acquire`](Self::try_acquire)), runs `f` on a
+    /// copy of the payload, publishes the result and releases, in two atomic steps. If
+    /// `my_pid` already held the lease it stays held. Returns `None` if the lease could
+    /// not be claimed, or if the claim was lost while `f` ran — then nothing is published.
+    /// If `f` panics nothing is published and the lease is released.
+    pub fn with_lease<R>(&self, my_pid: u32, grace: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let st = self.state();
+        let now = self.now();
+        let claimed = st.try_claim(
+            self.policy(),
+            my_pid,
+            grace,
+            now,
+            &mut |s, w| s.holder_liveness(w),
+            true,
+        );
+        match claimed {
+            Some((_, word)) => {
+                // We hold the new claim with WRITE set: nobody else writes either buffer.
+                let mut guard = AbortOnUnwind {
+                    state: st,
+                    word,
+                    armed: true,
+                };
+                let mut value: T = from_words(&st.read_published(word))?;
+                let r = f(&mut value);
+                st.fill(word, &to_words(&value));
+                guard.armed = false;
+                st.publish(word, true).then_some(r)
+            }
+            None => {
+                let cur = st.claim.load(Ordering::Acquire);
+                if my_pid == 0 || pid_of(cur) != my_pid {
+                    return None;
+                }
+                let claim = LeaseClaim {
+                    id: cur & ID_MASK,
+                    generation: st.full_generation(cur),
+                    inherited_torn: false,
+                };
+                let mut value = self.read_claimed(&claim)?;
+                let r = f(&mut value);
+                self.write_claimed(&claim, value).then_some(r)
+            }
+        }
+    }
+
+    /// Seed API: the payload, if `my_pid` holds the lease.
+    #[inline]
+    pub fn read_as_owner(&self, my_pid: u32) -> Option<T> {
+        if my_pid == 0 {
+            return None;
+        }
+        let words = self.state().read_if(|w| pid_of(w) == my_pid)?;
+        from_words(&words)
+    }
+
+    /// The payload, if `claim` is still current.
+    #[inline]
+    pub fn read_claimed(&self, claim: &LeaseClaim) -> Option<T> {
+        let words = self.state().read_if(|w| w & ID_MASK == claim.id)?;
+        from_words(&words)
+    }
+
+    /// Seed API: writes the payload if `my_pid` holds the lease. The ownership check and
+    /// the publication are one atomic step: a holder that was superseded never publishes.
+    #[inline]
+    pub fn write_as_owner(&self, my_pid: u32, value: T) -> bool {
+        my_pid != 0
+            && self
+                .state()
+                .write_if(&to_words(&value), |w| pid_of(w) == my_pid)
+    }
+
+    /// Writes the payload if `claim` is still current (fenced).
+    #[inline]
+    pub fn write_claimed(&self, claim: &LeaseClaim, value: T) -> bool {
+        self.state()
+            .write_if(&to_words(&value), |w| w & ID_MASK == claim.id)
+    }
+
+    /// Seed API: refreshes the heartbeat if `my_pid` holds the lease; `false` means the
+    /// lease was lost (preempted or taken over).
+    #[inline]
+    pub fn beat(&self, my_pid: u32) -> bool {
+        my_pid != 0 && self.state().beat_if(self.now(), |w| pid_of(w) == my_pid)
+    }
+
+    /// Refreshes the heartbeat if `claim` is still current.
+    #[inline]
+    pub fn beat_claimed(&self, claim: &LeaseClaim) -> bool {
+        self.state()
+            .beat_if(self.now(), |w| w & ID_MASK == claim.id)
+    }
+
+    /// Whether `claim` is the current claim.
+    #[inline]
+    pub fn is_current(&self, claim: &LeaseClaim) -> bool {
+        let st = self.state();
+        st.claim.load(Ordering::Acquire) & ID_MASK == claim.id
+            && claim.pid() != 0
+            && st.term.load(Ordering::Acquire) <= claim.generation
+    }
+
+    /// Seed API: advances the file's epoch counter by one and returns the new epoch.
+    #[inline]
+    pub fn tick_epoch(&self) -> u64 {
+        self.clock.tick(&self.state().epoch)
+    }
+
+    /// The current epoch (manual counter, or clock ticks plus the counter).
+    #[inline]
+    pub fn current_epoch(&self) -> u64 {
+        self.now()
+    }
+
+    /// Seed API: the holder's pid, `None` when vacant.
+    #[inline]
+    pub fn current_owner(&self) -> Option<u32> {
+        match pid_of(self.state().claim.load(Ordering::Acquire)) {
+            0 => None,
+            p => Some(p),
+        }
+    }
+
+    /// The current claim, `None` when vacant.
+    pub fn current_claim(&self) -> Option<LeaseClaim> {
+        let st = self.state();
+        let cur = st.claim.load(Ordering::Acquire);
+        (pid_of(cur) != 0).then(|| LeaseClaim {
+            id: cur & ID_MASK,
+            generation: st.full_generation(cur),
+            inherited_torn: st.torn.load(Ordering::Acquire) == cur & ID_MASK,
+        })
+    }
+
+    /// Seed API: one atomic load and a compare.
+    #[inline]
+    pub fn am_i_owner(&self, my_pid: u32) -> bool {
+        my_pid != 0 && pid_of(self.state().claim.load(Ordering::Acquire)) == my_pid
+    }
+
+    /// Seed API: the generation of the current (or last) claim; it increases by one on
+    /// every handover.
+    #[inline]
+    pub fn lease_term(&self) -> u64 {
+        let st = self.state();
+        st.full_generation(st.claim.load(Ordering::Acquire))
+    }
+
+    /// Whether the current holder inherited an interrupted update and has not yet written.
+    pub fn payload_torn(&self) -> bool {
+        self.state().torn_pending()
+    }
+
+    /// The epoch source stored in the file.
+    pub fn epoch_mode(&self) -> EpochMode {
+        self.clock.mode()
+    }
+
+    /// The preemption policy stored in the file.
+    pub fn preemption(&self) -> Preemption {
+        self.preemption
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        self.map.path()
+    }
+
+    /// A diagnostic snapshot (fields are read one by one, not as one atomic unit).
+    pub fn status(&self) -> LeaseStatus {
+        let st = self.state();
+        let cur = st.claim.load(Ordering::Acquire);
+        LeaseStatus {
+            owner: self.current_owner(),
+            generation: st.full_generation(cur),
+            owner_start: st.holder_start(cur),
+            writing: cur & WRITE_BIT != 0,
+            torn: st.torn_pending(),
+            heartbeat_epoch: st.heartbeat.load(Ordering::Acquire),
+            epoch: self.now(),
+            epoch_mode: self.clock.mode(),
+            preemption: self.preemption,
+            waiters: st.waiters.load(Ordering::Relaxed),
+            counters: std::array::from_fn(|i| st.counters[i].load(Ordering::Relaxed)),
+        }
+    }
+}

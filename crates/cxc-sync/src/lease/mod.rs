@@ -1,0 +1,15 @@
+//! [`OwnerLease<T>`]: a cross-process mutex with failover, fencing tokens and crash-safe
+//! payload updates (seed 000 + seed 003; `docs/owner-lease.md`).
+
+mod claim;
+#[cfg(all(test, cxc_loom))]
+mod loom_tests;
+mod state;
+
+pub use claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+pub use state::{PAYLOAD_BYTES, counter};
+
+#[cfg(not(cxc_loom))]
+mod file;
+#[cfg(not(cxc_loom))]
+pub use file::{LeaseStatus, OwnerLease};
