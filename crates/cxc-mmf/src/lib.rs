@@ -29,8 +29,12 @@
 //!     payload: TypeFingerprint::NONE,
 //!     params: [0; 4],
 //! };
-//! let a: Mapped<AtomicU64> =
-//!     Mapped::create(&path, layout, &CreateOptions::default(), |c, _| c.store(1, Ordering::Relaxed))?;
+//! let a: Mapped<AtomicU64> = Mapped::create(
+//!     &path,
+//!     layout,
+//!     &CreateOptions::default(),
+//!     |c: &AtomicU64, _: &[()]| c.store(1, Ordering::Relaxed),
+//! )?;
 //! let expect = Expect {
 //!     kind: Kind::Test,
 //!     head_size: 64,

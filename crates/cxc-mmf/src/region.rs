@@ -230,27 +230,7 @@ fn parse_header(
 
 /// Magic, byte order, version, header length and kind; returns the raw fields.
 fn check_identity(base: *mut u8, expect_kind: Option<Kind>) -> Result<HeaderInfo, MmfError> {
-    let magic = hdr_u64(base, off::MAGIC);
-    if magic != MAGIC {
-        return Err(MmfError::BadMagic {
-            expected: MAGIC,
-            found: magic,
-        });
-    }
-    let endian = hdr_u32(base, off::ENDIAN);
-    if endian != ENDIAN_MARK {
-        return Err(MmfError::Endianness {
-            expected: ENDIAN_MARK,
-            found: endian,
-        });
-    }
-    let version = hdr_u32(base, off::VERSION);
-    if version != FORMAT_VERSION {
-        return Err(MmfError::UnsupportedVersion {
-            expected: FORMAT_VERSION,
-            found: version,
-        });
-    }
+    check_format(base)?;
     let header_len = hdr_u32(base, off::HEADER_LEN);
     if header_len as usize != HEADER_LEN {
         return Err(MmfError::ParamMismatch {
@@ -278,6 +258,32 @@ fn check_identity(base: *mut u8, expect_kind: Option<Kind>) -> Result<HeaderInfo
         }
     };
     Ok(read_fields(base, kind))
+}
+
+/// Magic, byte order and version: is this a cxc file of this format at all?
+fn check_format(base: *mut u8) -> Result<(), MmfError> {
+    let magic = hdr_u64(base, off::MAGIC);
+    if magic != MAGIC {
+        return Err(MmfError::BadMagic {
+            expected: MAGIC,
+            found: magic,
+        });
+    }
+    let endian = hdr_u32(base, off::ENDIAN);
+    if endian != ENDIAN_MARK {
+        return Err(MmfError::Endianness {
+            expected: ENDIAN_MARK,
+            found: endian,
+        });
+    }
+    let version = hdr_u32(base, off::VERSION);
+    if version != FORMAT_VERSION {
+        return Err(MmfError::UnsupportedVersion {
+            expected: FORMAT_VERSION,
+            found: version,
+        });
+    }
+    Ok(())
 }
 
 /// Length and checksum checks, after the caller-specific layout checks (if any) passed.
@@ -377,6 +383,10 @@ fn open_file(path: &Path) -> Result<(File, u64), MmfError> {
             ErrorKind::NotFound => MmfError::NotFound {
                 path: path.to_path_buf(),
             },
+            // open(2) with O_RDWR fails with EISDIR before any fstat can say "directory".
+            ErrorKind::IsADirectory => MmfError::NotAFile {
+                path: path.to_path_buf(),
+            },
             _ => MmfError::io("open", path, e),
         })?;
     let meta = file.metadata().map_err(|e| MmfError::io("stat", path, e))?;
@@ -410,6 +420,10 @@ fn map_header(file: &File, path: &Path, timeout: Duration) -> Result<MmapRaw, Mm
         if state == INIT_READY {
             return Ok(hmap);
         }
+        // Not ready: a foreign or garbage file is not "still being initialised" (creators
+        // publish by rename, so a cxc file at the final path has its magic, byte-order mark
+        // and version already); report it at once instead of waiting for the timeout.
+        check_format(hmap.as_mut_ptr())?;
         if start.elapsed() >= timeout {
             return Err(MmfError::NotInitialised {
                 waited_ms: start.elapsed().as_millis() as u64,
@@ -462,7 +476,7 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
         })?;
         let tmp = dir.join(format!(
             ".{}.cxc-tmp.{}.{}",
-            name.to_string_lossy(),
+            name.to_string_lossy().chars().take(64).collect::<String>(),
             std::process::id(),
             TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));

@@ -3,6 +3,8 @@
 //! - [`epoch`]: manual or clock-driven epochs, the time base of heartbeats.
 //! - [`liveness`]: process identity (pid + start time) and whether it is still alive.
 
+#![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
+
 pub mod epoch;
 pub(crate) mod futex;
 pub mod liveness;

@@ -38,9 +38,15 @@ pub(crate) const PAYLOAD_WORDS: usize = 6;
 pub const PAYLOAD_BYTES: usize = PAYLOAD_WORDS * 8;
 
 /// How long a claimant waits for an in-flight write of a live holder before giving up.
+#[cfg(not(cxc_loom))]
 const WRITE_SPIN_LIMIT: u32 = 256;
+#[cfg(cxc_loom)]
+const WRITE_SPIN_LIMIT: u32 = 1;
 /// Bound on seqlock retries of a reader (only reachable if a presumed-dead writer revives).
+#[cfg(not(cxc_loom))]
 const READ_RETRY_LIMIT: u32 = 1 << 20;
+#[cfg(cxc_loom)]
+const READ_RETRY_LIMIT: u32 = 3;
 
 /// Indices into `LeaseState::counters` (cumulative, slow paths only).
 pub mod counter {
@@ -102,8 +108,11 @@ pub(crate) struct LeaseState {
     pub(crate) counters: [AtomicU64; 16],
 }
 
+#[cfg(not(cxc_loom))]
 const _: () = assert!(size_of::<PayloadBuf>() == 64);
+#[cfg(not(cxc_loom))]
 const _: () = assert!(size_of::<LeaseState>() == 320);
+#[cfg(not(cxc_loom))]
 const _: () = assert!(align_of::<LeaseState>() == 64);
 
 #[cfg(not(cxc_loom))]
@@ -290,7 +299,8 @@ impl LeaseState {
             if self.heartbeat.load(Ordering::Relaxed) < now {
                 self.heartbeat.fetch_max(now, Ordering::Relaxed);
             }
-            let mut next = u64::from(my_pid) | (cur & IDX_BIT) | (cur & GEN_MASK).wrapping_add(GEN_ONE);
+            let mut next =
+                u64::from(my_pid) | (cur & IDX_BIT) | (cur & GEN_MASK).wrapping_add(GEN_ONE);
             if write {
                 next |= WRITE_BIT;
             }

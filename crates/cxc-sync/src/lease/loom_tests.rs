@@ -1,0 +1,218 @@
+//! Loom models of the lease protocol: claim / preempt / stale takeover / release, write vs
+//! preemption, the steal race, and a writer that dies mid-write.
+//!
+//! Run with `cargo xtask loom`.
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::state::{ID_MASK, LeaseState, PAYLOAD_WORDS, Policy, WRITE_BIT, pid_of};
+use crate::liveness::Liveness;
+use crate::primitive::Ordering;
+
+const LOWER: Policy = Policy {
+    preempt_lower: true,
+};
+const NEVER: Policy = Policy {
+    preempt_lower: false,
+};
+
+fn unknown(_: &LeaseState, _: u64) -> Liveness {
+    Liveness::Unknown
+}
+
+fn claim(
+    s: &LeaseState,
+    policy: Policy,
+    pid: u32,
+    grace: u64,
+    write: bool,
+) -> Option<(super::LeaseClaim, u64)> {
+    let now = s.epoch.load(Ordering::Acquire);
+    s.try_claim(policy, pid, grace, now, &mut unknown, write)
+}
+
+fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
+    [v; PAYLOAD_WORDS]
+}
+
+/// L1 + L3: a preemption and a stale release race; the stale release never clears the
+/// newer claim, and generations order the claims.
+#[test]
+fn loom_claim_preempt_release() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || {
+            let c = claim(&s1, LOWER, 20, 3, false);
+            let released = c.map(|(c, _)| s1.release_id(c.id));
+            (c.map(|(c, _)| c), released)
+        });
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || claim(&s2, LOWER, 10, 3, false).map(|(c, _)| c));
+        let (c1, rel1) = t1.join().unwrap();
+        let c2 = t2.join().unwrap();
+        let c2 = c2.expect("pid 10 always wins: vacant or preempting pid 20");
+        let fin = s.claim.load(Ordering::Acquire);
+        match c1 {
+            Some(c1) if c1.generation() > c2.generation() => {
+                unreachable!("pid 20 cannot claim over a live pid 10 with grace 3")
+            }
+            Some(c1) => {
+                assert!(c1.generation() < c2.generation());
+                // L3: pid 20's release came from a superseded claim, or happened before
+                // the preemption; either way pid 10's claim survives.
+                assert_eq!(
+                    fin & ID_MASK,
+                    c2.id,
+                    "a stale release cleared the current claim"
+                );
+                if rel1 == Some(true) {
+                    // Released before pid 10 claimed: pid 10 found it vacant.
+                    assert_eq!(c2.generation(), c1.generation() + 1);
+                }
+            }
+            None => assert_eq!(fin & ID_MASK, c2.id),
+        }
+        assert_eq!(fin & WRITE_BIT, 0);
+    });
+}
+
+/// L2 + L4: a holder writes while a lower pid preempts. A write reported successful is
+/// the value the new holder reads; a write reported failed is never visible; the value
+/// is never torn.
+#[test]
+fn loom_write_vs_preemption() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, _) = claim(&s, LOWER, 20, 3, false).unwrap();
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || s1.write_if(&words(7), |w| w & ID_MASK == c1.id));
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || {
+            let c2 = claim(&s2, LOWER, 10, 3, false);
+            c2.map(|(c, _)| (c, s2.read_if(|w| w & ID_MASK == c.id)))
+        });
+        let wrote = t1.join().unwrap();
+        let got = t2.join().unwrap();
+        if let Some((_, read)) = got {
+            let read = read.expect("the holder can read");
+            assert!(
+                read == words(0) || read == words(7),
+                "torn payload {read:?}"
+            );
+            if wrote {
+                assert_eq!(
+                    read,
+                    words(7),
+                    "a successful write must be visible to the next holder"
+                );
+            } else {
+                assert_eq!(read, words(0), "a failed write was published");
+            }
+        } else {
+            // Preemption gave up while the live holder was writing.
+            assert!(wrote);
+        }
+    });
+}
+
+/// L6: a claim that just succeeded is never taken as stale by a third party because its
+/// heartbeat was not yet refreshed.
+#[test]
+fn loom_steal_race() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        // The epoch has moved far past the (old) heartbeat of the vacant lease.
+        s.epoch.store(100, Ordering::Release);
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || claim(&s1, NEVER, 5, 3, false).is_some());
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || claim(&s2, NEVER, 9, 3, false).is_some());
+        let a = t1.join().unwrap();
+        let b = t2.join().unwrap();
+        assert!(
+            a ^ b,
+            "exactly one claim: a fresh claim was stolen as stale ({a}, {b})"
+        );
+    });
+}
+
+/// L4 + L5: a writer dies mid-write (its thread stops after filling part of the other
+/// buffer); a stale takeover inherits the torn flag but reads the last published value.
+#[test]
+fn loom_writer_dies_mid_write() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, word) = claim(&s, NEVER, 20, 0, false).unwrap();
+        assert!(s.write_if(&words(3), |w| w & ID_MASK == c1.id));
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || {
+            // Start a write and "die" after the first data word.
+            let cur = s1.claim.load(Ordering::Acquire);
+            if cur & ID_MASK == c1.id
+                && s1
+                    .claim
+                    .compare_exchange(cur, cur | WRITE_BIT, Ordering::Acquire, Ordering::Acquire)
+                    .is_ok()
+            {
+                let other = &s1.bufs[1 - ((cur >> 32) & 1) as usize];
+                other.seq.fetch_add(1, Ordering::Relaxed);
+                other.words[0].store(99, Ordering::Relaxed);
+            }
+        });
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || {
+            s2.epoch.store(5, Ordering::Release);
+            claim(&s2, NEVER, 30, 0, false).map(|(c, _)| (c, s2.read_if(|w| w & ID_MASK == c.id)))
+        });
+        t1.join().unwrap();
+        let got = t2.join().unwrap();
+        let _ = word;
+        if let Some((c2, read)) = got {
+            assert_eq!(
+                read,
+                Some(words(3)),
+                "the new holder must read the last published value"
+            );
+            assert_eq!(pid_of(s.claim.load(Ordering::Acquire)), 30);
+            let _ = c2.payload_may_be_inconsistent();
+        }
+    });
+}
+
+/// L2 when a holder without a recorded identity is presumed dead mid-write (stale
+/// heartbeat) but is actually only slow: its publication must fail, and it must never
+/// overwrite the new claim or publish after losing the lease.
+#[test]
+fn loom_slow_writer_superseded_as_stale() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || s1.write_if(&words(7), |w| w & ID_MASK == c1.id));
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || {
+            s2.epoch.store(5, Ordering::Release);
+            claim(&s2, NEVER, 30, 0, false).map(|(c, _)| c)
+        });
+        let wrote = t1.join().unwrap();
+        if let Some(c2) = t2.join().unwrap() {
+            let fin = s.claim.load(Ordering::Acquire);
+            assert_eq!(
+                fin & ID_MASK,
+                c2.id,
+                "the superseded writer clobbered the new claim"
+            );
+            assert_eq!(fin & WRITE_BIT, 0);
+            let read = s.read_if(|w| w & ID_MASK == c2.id).unwrap();
+            if wrote {
+                assert_eq!(read, words(7));
+            } else {
+                assert_eq!(read, words(0), "a failed write was published");
+            }
+        } else {
+            assert!(wrote);
+        }
+    });
+}

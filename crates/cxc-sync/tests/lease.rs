@@ -1,0 +1,428 @@
+//! Unit tests of `OwnerLease<T>`: the seed's 11 behaviours and the fencing beyond it.
+
+use std::time::Duration;
+
+use cxc_sync::{EpochMode, LeaseError, LeaseOptions, OwnerLease, Preemption};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[test]
+fn acquire_release_round_trip() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 7).unwrap();
+    assert_eq!(lease.current_owner(), None);
+    assert!(lease.try_acquire(100, 3));
+    assert_eq!(lease.current_owner(), Some(100));
+    assert!(lease.am_i_owner(100));
+    assert!(lease.try_acquire(100, 3), "idempotent for the holder");
+    assert!(lease.release(100));
+    assert_eq!(lease.current_owner(), None);
+    assert!(!lease.release(100), "second release is refused");
+}
+
+#[test]
+fn lower_pid_preempts_higher() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    assert!(lease.try_acquire(200, 3));
+    assert!(
+        !lease.try_acquire(300, 3),
+        "higher pid cannot preempt a live holder"
+    );
+    assert!(lease.try_acquire(100, 3), "lower pid preempts");
+    assert_eq!(lease.current_owner(), Some(100));
+    assert!(!lease.am_i_owner(200));
+}
+
+#[test]
+fn never_preempt_policy_keeps_live_holder() {
+    let d = tmp();
+    let opts = LeaseOptions {
+        preemption: Preemption::Never,
+        ..LeaseOptions::default()
+    };
+    let lease: OwnerLease<u64> = OwnerLease::create_with(d.path().join("l"), 0, &opts).unwrap();
+    assert!(lease.try_acquire(200, 3));
+    assert!(!lease.try_acquire(100, 3));
+    for _ in 0..4 {
+        lease.tick_epoch();
+    }
+    assert!(lease.try_acquire(100, 3), "stale holder is taken over");
+    // The policy is stored in the file.
+    let other: OwnerLease<u64> = OwnerLease::open(d.path().join("l")).unwrap();
+    assert_eq!(other.preemption(), Preemption::Never);
+}
+
+#[test]
+fn owner_only_read_write() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 5).unwrap();
+    assert_eq!(lease.read_as_owner(100), None);
+    assert!(!lease.write_as_owner(100, 6));
+    assert!(lease.try_acquire(100, 3));
+    assert_eq!(lease.read_as_owner(100), Some(5));
+    assert!(lease.write_as_owner(100, 6));
+    assert_eq!(lease.read_as_owner(100), Some(6));
+    assert_eq!(lease.read_as_owner(101), None);
+    assert!(!lease.write_as_owner(101, 9));
+    assert_eq!(lease.read_as_owner(100), Some(6));
+}
+
+#[test]
+fn with_lease_closure_raii() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 21).unwrap();
+    let prev = lease.with_lease(100, 3, |v| {
+        let p = *v;
+        *v = p * 2;
+        p
+    });
+    assert_eq!(prev, Some(21));
+    assert_eq!(lease.current_owner(), None, "released on return");
+    assert!(lease.try_acquire(100, 3));
+    assert_eq!(lease.read_as_owner(100), Some(42));
+    // Held by someone else: refused, nothing runs.
+    let mut ran = false;
+    assert_eq!(
+        lease.with_lease(200, 3, |_| {
+            ran = true;
+        }),
+        None
+    );
+    assert!(!ran);
+    // Held by the caller: runs and keeps the lease.
+    assert_eq!(lease.with_lease(100, 3, |v| *v += 1), Some(()));
+    assert_eq!(lease.current_owner(), Some(100));
+    assert_eq!(lease.read_as_owner(100), Some(43));
+}
+
+#[test]
+fn with_lease_panic_publishes_nothing_and_releases() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 1).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lease.with_lease(100, 3, |v| {
+            *v = 99;
+            panic!("boom");
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(lease.current_owner(), None);
+    assert_eq!(lease.with_lease(100, 3, |v| *v), Some(1));
+}
+
+#[test]
+fn stale_owner_failover_within_grace() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    assert!(lease.try_acquire(100, 3));
+    for _ in 0..3 {
+        lease.tick_epoch();
+        assert!(!lease.try_acquire(200, 3), "lag <= grace keeps the holder");
+    }
+    lease.tick_epoch();
+    assert!(
+        lease.try_acquire(200, 3),
+        "lag > grace: stale holder replaced"
+    );
+    assert_eq!(lease.current_owner(), Some(200));
+}
+
+#[test]
+fn beat_keeps_owner_alive() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    assert!(lease.try_acquire(100, 2));
+    for _ in 0..20 {
+        lease.tick_epoch();
+        assert!(lease.beat(100));
+        assert!(!lease.try_acquire(200, 2));
+    }
+    assert_eq!(lease.current_owner(), Some(100));
+}
+
+#[test]
+fn lease_term_advances_on_every_handover() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let t0 = lease.lease_term();
+    let a = lease.try_claim(300, 3).unwrap();
+    assert_eq!(lease.lease_term(), t0 + 1);
+    let b = lease.try_claim(200, 3).unwrap();
+    assert_eq!(lease.lease_term(), t0 + 2);
+    assert!(b.generation() > a.generation());
+    assert!(lease.release_claim(&b));
+    let c = lease.try_claim(300, 3).unwrap();
+    assert!(c.generation() > b.generation());
+    assert_eq!(c.generation(), lease.lease_term());
+}
+
+#[test]
+fn generations_keep_increasing_past_checkpoints() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let mut last = 0;
+    for i in 0..70_000u32 {
+        let c = lease.try_claim(1 + (i % 2), 3).unwrap();
+        assert!(c.generation() > last);
+        last = c.generation();
+        assert!(lease.release_claim(&c));
+    }
+    assert_eq!(last, 70_000);
+    assert_eq!(lease.lease_term(), 70_000);
+}
+
+#[test]
+fn cross_handle_visibility() {
+    let d = tmp();
+    let p = d.path().join("l");
+    let a: OwnerLease<u64> = OwnerLease::create(&p, 0).unwrap();
+    let b: OwnerLease<u64> = OwnerLease::open(&p).unwrap();
+    assert!(a.try_acquire(100, 3));
+    assert_eq!(b.current_owner(), Some(100));
+    assert!(a.write_as_owner(100, 77));
+    assert_eq!(b.read_as_owner(100), Some(77));
+    assert!(!b.try_acquire(200, 3));
+    b.tick_epoch();
+    assert_eq!(a.current_epoch(), 1);
+}
+
+#[test]
+fn disk_persistence() {
+    let d = tmp();
+    let p = d.path().join("l");
+    {
+        let a: OwnerLease<u64> = OwnerLease::create(&p, 0).unwrap();
+        assert!(a.try_acquire(100, 3));
+        assert!(a.write_as_owner(100, 1234));
+        assert!(a.release(100));
+    }
+    let b: OwnerLease<u64> = OwnerLease::open(&p).unwrap();
+    assert_eq!(b.with_lease(100, 3, |v| *v), Some(1234));
+}
+
+#[test]
+fn beat_after_preemption_is_false() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    assert!(lease.try_acquire(200, 3));
+    assert!(lease.beat(200));
+    assert!(lease.try_acquire(100, 3));
+    assert!(!lease.beat(200));
+    assert!(!lease.release(200));
+    assert_eq!(lease.current_owner(), Some(100));
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+struct Job {
+    id: u64,
+    progress: u32,
+    flags: u32,
+    name: [u8; 16],
+}
+
+#[test]
+fn struct_payload_round_trip() {
+    let d = tmp();
+    let init = Job {
+        id: 1,
+        progress: 2,
+        flags: 3,
+        name: *b"sixteen bytes!!!",
+    };
+    let lease: OwnerLease<Job> = OwnerLease::create(d.path().join("l"), init).unwrap();
+    assert!(lease.try_acquire(100, 3));
+    assert_eq!(lease.read_as_owner(100), Some(init));
+    let next = Job {
+        progress: 50,
+        ..init
+    };
+    assert!(lease.write_as_owner(100, next));
+    assert_eq!(lease.read_as_owner(100), Some(next));
+}
+
+#[test]
+fn payload_of_48_bytes_round_trips_and_49_is_rejected() {
+    let d = tmp();
+    let v: [u64; 6] = [1, 2, 3, 4, 5, u64::MAX];
+    let lease: OwnerLease<[u64; 6]> = OwnerLease::create(d.path().join("a"), v).unwrap();
+    assert_eq!(lease.with_lease(1, 3, |x| *x), Some(v));
+    let w: [u64; 6] = [9, 8, 7, 6, 5, 4];
+    assert!(lease.try_acquire(1, 3));
+    assert!(lease.write_as_owner(1, w));
+    assert_eq!(lease.read_as_owner(1), Some(w));
+
+    let big = OwnerLease::<[u8; 49]>::create(d.path().join("b"), [0; 49]);
+    assert!(matches!(
+        big,
+        Err(LeaseError::PayloadTooLarge { max: 48, found: 49 })
+    ));
+    assert!(
+        !d.path().join("b").exists(),
+        "nothing created for a rejected type"
+    );
+}
+
+#[test]
+fn pid_zero_is_rejected_everywhere() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    assert!(!lease.try_acquire(0, 3));
+    assert!(lease.try_claim(0, 3).is_none());
+    assert!(lease.acquire(0, 3, Duration::from_millis(1)).is_none());
+    assert_eq!(lease.with_lease(0, 3, |v| *v), None);
+    assert!(!lease.release(0));
+    assert!(!lease.beat(0));
+    assert!(!lease.am_i_owner(0));
+    assert_eq!(lease.read_as_owner(0), None);
+    assert!(!lease.write_as_owner(0, 1));
+    assert_eq!(lease.current_owner(), None);
+}
+
+#[test]
+fn stale_claim_release_write_beat_are_rejected_after_handover() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let old = lease.try_claim(100, 3).unwrap();
+    assert!(lease.write_claimed(&old, 1));
+    for _ in 0..4 {
+        lease.tick_epoch();
+    }
+    let new = lease.try_claim(200, 3).unwrap();
+    assert!(new.generation() > old.generation());
+    assert!(!lease.is_current(&old));
+    assert!(lease.is_current(&new));
+    assert!(!lease.write_claimed(&old, 666));
+    assert!(!lease.beat_claimed(&old));
+    assert!(!lease.release_claim(&old));
+    assert_eq!(lease.read_claimed(&old), None);
+    assert_eq!(lease.read_claimed(&new), Some(1));
+    assert_eq!(lease.current_owner(), Some(200));
+    // Same pid again, newer generation: the old claim of pid 100 stays stale.
+    assert!(lease.release_claim(&new));
+    let again = lease.try_claim(100, 3).unwrap();
+    assert_eq!(again.pid(), old.pid());
+    assert!(!lease.is_current(&old));
+    assert!(!lease.release_claim(&old));
+    assert!(!lease.write_claimed(&old, 5));
+    assert!(lease.is_current(&again));
+    assert!(lease.write_claimed(&again, 5));
+}
+
+#[test]
+fn own_pid_claims_record_identity_others_do_not() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let me = std::process::id();
+    assert!(lease.try_acquire(me, 1000));
+    assert!(lease.status().owner_start.is_some());
+    assert!(
+        !lease.try_acquire(me.wrapping_add(1), 1000),
+        "live holder kept"
+    );
+    assert!(lease.release(me));
+    assert!(lease.try_acquire(u32::MAX - 1, 1000));
+    assert_eq!(lease.status().owner_start, None);
+}
+
+#[test]
+fn clock_epochs_need_no_ticker() {
+    let d = tmp();
+    let opts = LeaseOptions {
+        epoch: EpochMode::Clock {
+            tick: Duration::from_millis(5),
+        },
+        preemption: Preemption::Never,
+        ..LeaseOptions::default()
+    };
+    let lease: OwnerLease<u64> = OwnerLease::create_with(d.path().join("l"), 0, &opts).unwrap();
+    let reopened: OwnerLease<u64> = OwnerLease::open(d.path().join("l")).unwrap();
+    assert_eq!(reopened.epoch_mode(), opts.epoch);
+    assert!(lease.try_acquire(100, 4));
+    assert!(!lease.try_acquire(200, 4));
+    std::thread::sleep(Duration::from_millis(60));
+    assert!(
+        lease.try_acquire(200, 4),
+        "12 ticks without a beat > grace 4"
+    );
+    let zero = LeaseOptions {
+        epoch: EpochMode::Clock {
+            tick: Duration::ZERO,
+        },
+        ..LeaseOptions::default()
+    };
+    assert!(matches!(
+        OwnerLease::<u64>::create_with(d.path().join("z"), 0, &zero),
+        Err(LeaseError::InvalidOption(_))
+    ));
+}
+
+#[test]
+fn blocking_acquire_wakes_on_release_and_times_out() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    assert!(lease.try_acquire(100, u64::MAX));
+    let t = std::time::Instant::now();
+    assert!(
+        lease
+            .acquire(200, u64::MAX, Duration::from_millis(50))
+            .is_none()
+    );
+    assert!(t.elapsed() >= Duration::from_millis(50));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| lease.acquire(200, u64::MAX, Duration::from_secs(10)));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(lease.release(100));
+        let c = h.join().unwrap().expect("woken by release");
+        assert_eq!(c.pid(), 200);
+    });
+    assert_eq!(lease.current_owner(), Some(200));
+}
+
+#[test]
+fn open_validates_type_and_kind() {
+    let d = tmp();
+    let p = d.path().join("l");
+    let _a: OwnerLease<u64> = OwnerLease::create(&p, 0).unwrap();
+    assert!(matches!(
+        OwnerLease::<u32>::open(&p),
+        Err(LeaseError::File(cxc_mmf::MmfError::TypeMismatch { .. }))
+    ));
+    assert!(matches!(
+        OwnerLease::<u64>::create(&p, 1),
+        Err(LeaseError::File(cxc_mmf::MmfError::AlreadyExists { .. }))
+    ));
+    assert!(matches!(
+        OwnerLease::<u64>::open(d.path().join("missing")),
+        Err(LeaseError::File(cxc_mmf::MmfError::NotFound { .. }))
+    ));
+}
+
+#[test]
+fn threads_hammering_with_lease_lose_no_update() {
+    let d = tmp();
+    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let per = 20_000u64;
+    let total: u64 = std::thread::scope(|s| {
+        let hs: Vec<_> = (1..=2u32)
+            .map(|pid| {
+                let lease = &lease;
+                s.spawn(move || {
+                    let mut ok = 0;
+                    while ok < per {
+                        if lease.with_lease(pid, 3, |v| *v += 1).is_some() {
+                            ok += 1;
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(lease.with_lease(9, 3, |v| *v), Some(total));
+}
