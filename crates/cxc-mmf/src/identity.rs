@@ -73,6 +73,7 @@ static SELF_PID: AtomicU64 = AtomicU64::new(0);
 static SELF_START: AtomicU64 = AtomicU64::new(0);
 
 /// This process's identity (cached after the first call).
+#[inline]
 pub fn current() -> ProcessIdentity {
     let pid = SELF_PID.load(Ordering::Acquire);
     if pid != 0 {

@@ -9,7 +9,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 use super::state::{
-    ID_MASK, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WRITE_BIT, counter, pid_of,
+    Granted, ID_MASK, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WRITE_BIT, counter, pid_of,
 };
 use crate::epoch::{EpochClock, EpochMode};
 use crate::liveness::{Liveness, PidWatch};
@@ -115,6 +115,12 @@ fn check_payload<T>() -> Result<(), LeaseError> {
         });
     }
     Ok(())
+}
+
+/// Payload words that hold a `T` (the rest of the buffer is never read or written).
+const fn words_for<T>() -> usize {
+    let n = size_of::<T>().div_ceil(8);
+    if n > PAYLOAD_WORDS { PAYLOAD_WORDS } else { n }
 }
 
 fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
@@ -312,7 +318,17 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// process that no longer exists. Idempotent for the current holder. PID 0 is refused.
     #[inline]
     pub fn try_acquire(&self, my_pid: u32, grace: u64) -> bool {
-        self.try_claim(my_pid, grace).is_some()
+        let now = self.now();
+        self.state()
+            .try_claim(
+                self.policy(),
+                my_pid,
+                grace,
+                now,
+                |s: &LeaseState, w| s.holder_liveness(w),
+                false,
+            )
+            .is_some()
     }
 
     /// Like [`try_acquire`](Self::try_acquire), returning the fenced claim.
@@ -325,10 +341,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 my_pid,
                 grace,
                 now,
-                &mut |s, w| s.holder_liveness(w),
+                |s: &LeaseState, w| s.holder_liveness(w),
                 false,
             )
-            .map(|(c, _)| c)
+            .map(|g| self.state().claim_for(g.word, g.torn))
     }
 
     /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
@@ -357,10 +373,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         };
         for _ in 0..SPIN_BEFORE_PARK {
             std::hint::spin_loop();
-            if let Some((c, _)) =
+            if let Some(g) =
                 st.try_claim(self.policy(), my_pid, grace, self.now(), &mut judge, false)
             {
-                return Some(c);
+                return Some(st.claim_for(g.word, g.torn));
             }
         }
         st.bump(counter::BLOCKED_WAITS, 1);
@@ -388,7 +404,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 if timed_out {
                     st.bump(counter::TIMEOUTS, 1);
                 }
-                return got.map(|(c, _)| c);
+                return got.map(|g| st.claim_for(g.word, g.torn));
             }
         }
     }
@@ -400,7 +416,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if my_pid == 0 || pid_of(cur) != my_pid {
             return false;
         }
-        self.state().release_id(cur & ID_MASK)
+        self.state().release_from(cur & ID_MASK, cur)
     }
 
     /// Releases `claim` if it is still the current claim; a stale claim never clears a
@@ -423,11 +439,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             my_pid,
             grace,
             now,
-            &mut |s, w| s.holder_liveness(w),
+            |s: &LeaseState, w| s.holder_liveness(w),
             true,
         );
         match claimed {
-            Some((_, word)) => {
+            Some(Granted { word, .. }) => {
                 // We hold the new claim with WRITE set: nobody else writes either buffer.
                 let mut guard = AbortOnUnwind {
                     state: st,
@@ -436,7 +452,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 };
                 let mut value: T = from_words(&st.read_published(word))?;
                 let r = f(&mut value);
-                st.fill(word, &to_words(&value));
+                st.fill(word, &to_words(&value), words_for::<T>());
                 guard.armed = false;
                 st.publish(word, true).then_some(r)
             }
@@ -463,14 +479,18 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if my_pid == 0 {
             return None;
         }
-        let words = self.state().read_if(|w| pid_of(w) == my_pid)?;
+        let words = self
+            .state()
+            .read_if(words_for::<T>(), |w| pid_of(w) == my_pid)?;
         from_words(&words)
     }
 
     /// The payload, if `claim` is still current.
     #[inline]
     pub fn read_claimed(&self, claim: &LeaseClaim) -> Option<T> {
-        let words = self.state().read_if(|w| w & ID_MASK == claim.id)?;
+        let words = self
+            .state()
+            .read_if(words_for::<T>(), |w| w & ID_MASK == claim.id)?;
         from_words(&words)
     }
 
@@ -481,14 +501,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         my_pid != 0
             && self
                 .state()
-                .write_if(&to_words(&value), |w| pid_of(w) == my_pid)
+                .write_if(&to_words(&value), words_for::<T>(), |w| pid_of(w) == my_pid)
     }
 
     /// Writes the payload if `claim` is still current (fenced).
     #[inline]
     pub fn write_claimed(&self, claim: &LeaseClaim, value: T) -> bool {
         self.state()
-            .write_if(&to_words(&value), |w| w & ID_MASK == claim.id)
+            .write_if(&to_words(&value), words_for::<T>(), |w| {
+                w & ID_MASK == claim.id
+            })
     }
 
     /// Seed API: refreshes the heartbeat if `my_pid` holds the lease; `false` means the

@@ -29,7 +29,8 @@ fn claim(
     write: bool,
 ) -> Option<(super::LeaseClaim, u64)> {
     let now = s.epoch.load(Ordering::Acquire);
-    s.try_claim(policy, pid, grace, now, &mut unknown, write)
+    s.try_claim(policy, pid, grace, now, unknown, write)
+        .map(|g| (s.claim_for(g.word, g.torn), g.word))
 }
 
 fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
@@ -87,11 +88,12 @@ fn loom_write_vs_preemption() {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, LOWER, 20, 3, false).unwrap();
         let s1 = s.clone();
-        let t1 = thread::spawn(move || s1.write_if(&words(7), |w| w & ID_MASK == c1.id));
+        let t1 =
+            thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w & ID_MASK == c1.id));
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
             let c2 = claim(&s2, LOWER, 10, 3, false);
-            c2.map(|(c, _)| (c, s2.read_if(|w| w & ID_MASK == c.id)))
+            c2.map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w & ID_MASK == c.id)))
         });
         let wrote = t1.join().unwrap();
         let got = t2.join().unwrap();
@@ -145,7 +147,7 @@ fn loom_writer_dies_mid_write() {
     loom::model(|| {
         let s = Arc::new(LeaseState::new());
         let (c1, word) = claim(&s, NEVER, 20, 0, false).unwrap();
-        assert!(s.write_if(&words(3), |w| w & ID_MASK == c1.id));
+        assert!(s.write_if(&words(3), PAYLOAD_WORDS, |w| w & ID_MASK == c1.id));
         let s1 = s.clone();
         let t1 = thread::spawn(move || {
             // Start a write and "die" after the first data word.
@@ -164,7 +166,8 @@ fn loom_writer_dies_mid_write() {
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
             s2.epoch.store(5, Ordering::Release);
-            claim(&s2, NEVER, 30, 0, false).map(|(c, _)| (c, s2.read_if(|w| w & ID_MASK == c.id)))
+            claim(&s2, NEVER, 30, 0, false)
+                .map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w & ID_MASK == c.id)))
         });
         t1.join().unwrap();
         let got = t2.join().unwrap();
@@ -190,7 +193,8 @@ fn loom_slow_writer_superseded_as_stale() {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
         let s1 = s.clone();
-        let t1 = thread::spawn(move || s1.write_if(&words(7), |w| w & ID_MASK == c1.id));
+        let t1 =
+            thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w & ID_MASK == c1.id));
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
             s2.epoch.store(5, Ordering::Release);
@@ -205,7 +209,7 @@ fn loom_slow_writer_superseded_as_stale() {
                 "the superseded writer clobbered the new claim"
             );
             assert_eq!(fin & WRITE_BIT, 0);
-            let read = s.read_if(|w| w & ID_MASK == c2.id).unwrap();
+            let read = s.read_if(PAYLOAD_WORDS, |w| w & ID_MASK == c2.id).unwrap();
             if wrote {
                 assert_eq!(read, words(7));
             } else {

@@ -130,6 +130,13 @@ pub(crate) enum ClaimReason {
     Dead,
 }
 
+/// A granted claim: the claim word as installed (or found, for the current holder).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Granted {
+    pub(crate) word: u64,
+    pub(crate) torn: bool,
+}
+
 /// Per-handle protocol parameters.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Policy {
@@ -184,7 +191,7 @@ impl LeaseState {
         t + (low.wrapping_sub(t) & (GEN_MOD - 1))
     }
 
-    fn claim_for(&self, word: u64, inherited_torn: bool) -> LeaseClaim {
+    pub(crate) fn claim_for(&self, word: u64, inherited_torn: bool) -> LeaseClaim {
         LeaseClaim {
             id: word & ID_MASK,
             generation: self.full_generation(word),
@@ -220,15 +227,53 @@ impl LeaseState {
     /// Claim protocol (seed 000 + fencing). `now` is the current epoch (read once by the
     /// caller); `owner` judges the holder's OS liveness. With `write` the new claim is
     /// installed with the WRITE bit already set (used by `with_lease`).
+    #[inline]
     pub(crate) fn try_claim(
         &self,
         policy: Policy,
         my_pid: u32,
         grace: u64,
         now: u64,
-        owner: &mut dyn FnMut(&Self, u64) -> Liveness,
+        owner: impl FnMut(&Self, u64) -> Liveness,
         write: bool,
-    ) -> Option<(LeaseClaim, u64)> {
+    ) -> Option<Granted> {
+        // Fast path: a vacant lease whose heartbeat is already current (no write to it).
+        let cur = self.claim.load(Ordering::Acquire);
+        if cur & (PID_MASK | WRITE_BIT) == 0
+            && my_pid != 0
+            && self.heartbeat.load(Ordering::Relaxed) >= now
+        {
+            let mut next =
+                u64::from(my_pid) | (cur & IDX_BIT) | (cur & GEN_MASK).wrapping_add(GEN_ONE);
+            if write {
+                next |= WRITE_BIT;
+            }
+            if self
+                .claim
+                .compare_exchange(cur, next, Ordering::SeqCst, Ordering::Acquire)
+                .is_ok()
+            {
+                self.note_claim(next, ClaimReason::Vacant, false);
+                return Some(Granted {
+                    word: next,
+                    torn: false,
+                });
+            }
+        }
+        self.try_claim_slow(policy, my_pid, grace, now, owner, write)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn try_claim_slow(
+        &self,
+        policy: Policy,
+        my_pid: u32,
+        grace: u64,
+        now: u64,
+        mut owner: impl FnMut(&Self, u64) -> Liveness,
+        write: bool,
+    ) -> Option<Granted> {
         if my_pid == 0 {
             return None;
         }
@@ -254,7 +299,10 @@ impl LeaseState {
                     // `with_lease` on a held lease goes through the ordinary write path.
                     return None;
                 }
-                return Some((self.claim_for(cur, false), cur));
+                return Some(Granted {
+                    word: cur,
+                    torn: false,
+                });
             }
             let mut verdict = Liveness::Unknown;
             let reason = if holder == 0 {
@@ -309,8 +357,8 @@ impl LeaseState {
                 .compare_exchange(cur, next, Ordering::SeqCst, Ordering::Acquire)
             {
                 Ok(_) => {
-                    let claim = self.note_claim(next, reason, torn);
-                    return Some((claim, next));
+                    self.note_claim(next, reason, torn);
+                    return Some(Granted { word: next, torn });
                 }
                 Err(actual) => {
                     cur = actual;
@@ -320,13 +368,12 @@ impl LeaseState {
         }
     }
 
-    #[inline]
-    fn note_claim(&self, word: u64, reason: ClaimReason, torn: bool) -> LeaseClaim {
+    #[inline(always)]
+    fn note_claim(&self, word: u64, reason: ClaimReason, torn: bool) {
         let id = word & ID_MASK;
         let low = word >> GEN_SHIFT;
-        let claim = self.claim_for(word, torn);
         if low % TERM_CHECKPOINT == 0 {
-            self.term.fetch_max(claim.generation, Ordering::AcqRel);
+            self.checkpoint(word);
         }
         let start = liveness::start_time_for(pid_of(word));
         if start != 0 {
@@ -344,13 +391,24 @@ impl LeaseState {
             self.torn.store(id, Ordering::Release);
             self.bump(counter::TORN_INHERITED, 1);
         }
-        claim
+    }
+
+    #[cold]
+    fn checkpoint(&self, word: u64) {
+        self.term
+            .fetch_max(self.full_generation(word), Ordering::AcqRel);
     }
 
     /// Releases the claim `id` (pid + generation bits). A stale id never touches the
     /// current claim (L3).
+    #[inline]
     pub(crate) fn release_id(&self, id: u64) -> bool {
-        let mut cur = self.claim.load(Ordering::Acquire);
+        self.release_from(id, self.claim.load(Ordering::Acquire))
+    }
+
+    /// [`release_id`](Self::release_id) starting from an already loaded claim word.
+    #[inline]
+    pub(crate) fn release_from(&self, id: u64, mut cur: u64) -> bool {
         loop {
             if cur & ID_MASK != id || pid_of(cur) == 0 {
                 self.bump(counter::STALE_OP_REJECTED, 1);
@@ -401,7 +459,11 @@ impl LeaseState {
 
     /// Reads the published payload if the claim word satisfies `accept`.
     #[inline]
-    pub(crate) fn read_if(&self, accept: impl Fn(u64) -> bool) -> Option<[u64; PAYLOAD_WORDS]> {
+    pub(crate) fn read_if(
+        &self,
+        n: usize,
+        accept: impl Fn(u64) -> bool,
+    ) -> Option<[u64; PAYLOAD_WORDS]> {
         let mut tries = 0u32;
         loop {
             let cur = self.claim.load(Ordering::Acquire);
@@ -412,8 +474,10 @@ impl LeaseState {
             // SYNC: payload seqlock. Pairs with the Release fence/store in `fill`.
             let s1 = buf.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
-                let words: [u64; PAYLOAD_WORDS] =
-                    std::array::from_fn(|i| buf.words[i].load(Ordering::Relaxed));
+                let mut words = [0u64; PAYLOAD_WORDS];
+                for (dst, src) in words.iter_mut().zip(&buf.words).take(n) {
+                    *dst = src.load(Ordering::Relaxed);
+                }
                 fence(Ordering::Acquire);
                 if buf.seq.load(Ordering::Relaxed) == s1 {
                     return Some(words);
@@ -430,9 +494,11 @@ impl LeaseState {
     /// Writes `words` as the claim matching `accept`: set WRITE, fill the unpublished
     /// buffer, then publish by flipping IDX and clearing WRITE in one CAS that succeeds
     /// only if the claim is unchanged (L2: check and publication are one step).
+    #[inline]
     pub(crate) fn write_if(
         &self,
         words: &[u64; PAYLOAD_WORDS],
+        n: usize,
         accept: impl Fn(u64) -> bool,
     ) -> bool {
         let mut cur = self.claim.load(Ordering::Acquire);
@@ -456,20 +522,20 @@ impl LeaseState {
                 Err(actual) => cur = actual,
             }
         }
-        self.fill(cur, words);
+        self.fill(cur, words, n);
         self.publish(cur, false)
     }
 
     /// Fills the buffer that `word` does not publish (the caller holds WRITE on `word`).
     #[inline]
-    pub(crate) fn fill(&self, word: u64, words: &[u64; PAYLOAD_WORDS]) {
+    pub(crate) fn fill(&self, word: u64, words: &[u64; PAYLOAD_WORDS], n: usize) {
         let buf = &self.bufs[1 - idx_of(word)];
         let s = buf.seq.load(Ordering::Relaxed);
         let odd = s.wrapping_add(1) | 1;
         // SYNC: payload seqlock (writer side): odd, fence, data, even.
         buf.seq.store(odd, Ordering::Relaxed);
         fence(Ordering::Release);
-        for (dst, w) in buf.words.iter().zip(words) {
+        for (dst, w) in buf.words.iter().zip(words).take(n) {
             dst.store(*w, Ordering::Relaxed);
         }
         buf.seq.store(odd.wrapping_add(1), Ordering::Release);

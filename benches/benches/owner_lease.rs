@@ -1,0 +1,94 @@
+//! OwnerLease vs std::sync::Mutex and parking_lot::Mutex on the seed's workloads
+//! (seed 000 "Bench evidence"). Single-threaded; the lease file lives in a temp dir.
+
+use std::hint::black_box;
+use std::sync::Mutex;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use cxc::OwnerLease;
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let lease: OwnerLease<u64> = OwnerLease::create(dir.path().join("bench.lease"), 0).unwrap();
+    let me = std::process::id();
+    let std_m = Mutex::new(0u64);
+    let pl_m = parking_lot::Mutex::new(0u64);
+
+    let mut g = c.benchmark_group("owner_lease");
+    g.bench_function("acquire_release/lease", |b| {
+        b.iter(|| {
+            black_box(lease.try_acquire(me, 3));
+            black_box(lease.release(me));
+        })
+    });
+    g.bench_function("acquire_release/std_mutex", |b| {
+        b.iter(|| drop(black_box(std_m.lock().unwrap())))
+    });
+    g.bench_function("acquire_release/parking_lot", |b| {
+        b.iter(|| drop(black_box(pl_m.lock())))
+    });
+
+    g.bench_function("with_lease/lease", |b| {
+        b.iter(|| black_box(lease.with_lease(me, 3, |v| *v = v.wrapping_add(1))))
+    });
+    g.bench_function("with_lease/std_mutex", |b| {
+        b.iter(|| {
+            let mut v = std_m.lock().unwrap();
+            *v = v.wrapping_add(1);
+        })
+    });
+    g.bench_function("with_lease/parking_lot", |b| {
+        b.iter(|| {
+            let mut v = pl_m.lock();
+            *v = v.wrapping_add(1);
+        })
+    });
+
+    assert!(lease.try_acquire(me, 3));
+    g.bench_function("read_as_owner_held/lease", |b| {
+        b.iter(|| black_box(lease.read_as_owner(black_box(me))))
+    });
+    g.bench_function("read_as_owner_held/std_mutex", |b| {
+        b.iter(|| black_box(*std_m.lock().unwrap()))
+    });
+    g.bench_function("read_as_owner_held/parking_lot", |b| {
+        b.iter(|| black_box(*pl_m.lock()))
+    });
+    let mut x = 0u64;
+    g.bench_function("write_as_owner_held/lease", |b| {
+        b.iter(|| {
+            x = x.wrapping_add(1);
+            black_box(lease.write_as_owner(me, black_box(x)))
+        })
+    });
+    g.bench_function("write_as_owner_held/std_mutex", |b| {
+        b.iter(|| {
+            x = x.wrapping_add(1);
+            *std_m.lock().unwrap() = black_box(x);
+        })
+    });
+    g.bench_function("write_as_owner_held/parking_lot", |b| {
+        b.iter(|| {
+            x = x.wrapping_add(1);
+            *pl_m.lock() = black_box(x);
+        })
+    });
+    g.bench_function("beat/lease", |b| {
+        b.iter(|| black_box(lease.beat(black_box(me))))
+    });
+    g.bench_function("am_i_owner/lease", |b| {
+        b.iter(|| black_box(lease.am_i_owner(black_box(me))))
+    });
+    g.finish();
+    assert!(lease.release(me));
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(1));
+    targets = bench
+}
+criterion_main!(benches);
