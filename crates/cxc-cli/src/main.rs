@@ -1,14 +1,121 @@
-//! The `cxc` command.
+//! The `cxc` command: see and use cxc primitives from the shell.
+//!
+//! Exit codes: the command's own code for `lease run`/`sem run`; 1 when `--wait` ran out;
+//! 2 for usage errors and bad files; 75 when `lease run` lost the lease while the command
+//! ran (the command was terminated).
 #![forbid(unsafe_code)]
 
-use clap::Parser;
+mod create;
+mod duration;
+mod inspect;
+mod lease_run;
+mod render;
 
-/// Observe and use cxc primitives from the shell.
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code when `--wait` ran out.
+pub(crate) const EXIT_TIMEOUT: u8 = 1;
+/// Exit code for usage errors and unusable files.
+pub(crate) const EXIT_ERROR: u8 = 2;
+/// Exit code when the lease was lost while the command ran.
+pub(crate) const EXIT_LEASE_LOST: u8 = 75;
+
+/// See and use cxc cross-process primitives (leases, heartbeat tables, semaphores).
 #[derive(Parser, Debug)]
-#[command(name = "cxc", version, about)]
-struct Cli {}
+#[command(name = "cxc", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let _cli = Cli::parse();
-    println!("cxc: no commands yet");
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create a primitive's file.
+    Create {
+        #[command(subcommand)]
+        what: create::CreateKind,
+    },
+    /// Show a file's whole state: kind, holders, counters, recent observations.
+    Inspect {
+        /// The file.
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Redraw `inspect` in place until Ctrl-C.
+    Watch {
+        /// The file.
+        path: PathBuf,
+        /// Time between redraws (e.g. 500ms, 1s).
+        #[arg(long, default_value = "1s", value_parser = duration::parse)]
+        interval: Duration,
+    },
+    /// Run a command while holding a lease (like flock(1), with crash failover).
+    Lease {
+        #[command(subcommand)]
+        what: LeaseCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum LeaseCmd {
+    /// Acquire PATH (creating it if missing), run CMD while beating, release on exit.
+    Run(lease_run::LeaseRun),
+}
+
+/// A one-line error and the exit code for it.
+#[derive(Debug)]
+pub(crate) struct CliError {
+    pub(crate) code: u8,
+    pub(crate) msg: String,
+}
+
+impl CliError {
+    pub(crate) fn usage(msg: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_ERROR,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError::usage(e.to_string())
+    }
+}
+
+fn run(cli: Cli) -> Result<u8, CliError> {
+    match cli.command {
+        Command::Create { what } => create::run(what).map(|()| 0),
+        Command::Inspect { path, json } => {
+            let view = inspect::load(&path)?;
+            if json {
+                println!("{}", render::json(&view));
+            } else {
+                print!("{}", render::text(&view));
+            }
+            Ok(0)
+        }
+        Command::Watch { path, interval } => inspect::watch(&path, interval).map(|()| 0),
+        Command::Lease {
+            what: LeaseCmd::Run(args),
+        } => lease_run::run(args),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("cxc: {}", e.msg);
+            ExitCode::from(e.code)
+        }
+    }
 }

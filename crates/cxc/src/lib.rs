@@ -8,3 +8,8 @@ pub use cxc_mmf::{Kind, MmfError};
 pub use cxc_sync::{
     EpochMode, LeaseClaim, LeaseError, LeaseOptions, LeaseStatus, OwnerLease, Preemption,
 };
+
+/// Lease internals useful to tools: counter names, type-erased inspection.
+pub mod lease {
+    pub use cxc_sync::lease::{PAYLOAD_BYTES, counter, inspect};
+}

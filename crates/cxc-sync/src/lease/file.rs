@@ -99,6 +99,35 @@ pub struct LeaseStatus {
     pub waiters: u32,
     /// Cumulative counters, indexed by [`counter`](super::counter).
     pub counters: [u64; counter::COUNT],
+    /// The published payload words (the payload type's bytes, zero-padded to 48).
+    pub payload_words: [u64; PAYLOAD_WORDS],
+    /// Payload type recorded in the file.
+    pub payload_type: TypeFingerprint,
+}
+
+/// Reads the status of any lease file without knowing its payload type (for tools such as
+/// `cxc inspect`). The file is fully validated except for the payload type's identity.
+///
+/// # Errors
+/// [`LeaseError::File`] if the file is not a valid lease file.
+pub fn inspect(path: impl AsRef<Path>) -> Result<LeaseStatus, LeaseError> {
+    let path = path.as_ref();
+    let info = cxc_mmf::peek(path)?;
+    let payload = info.layout.payload;
+    if payload.size as usize > PAYLOAD_BYTES || payload.align > 8 {
+        return Err(LeaseError::File(MmfError::ParamMismatch {
+            name: "payload_size",
+            expected: format!("at most {PAYLOAD_BYTES} bytes, alignment at most 8"),
+            found: u64::from(payload.size),
+        }));
+    }
+    let expect = Expect {
+        payload,
+        ..OwnerLease::<[u64; PAYLOAD_WORDS]>::expect()
+    };
+    let map: Mapped<LeaseState> = Mapped::open(path, &expect)?;
+    let lease = OwnerLease::<[u64; PAYLOAD_WORDS]>::from_map(map);
+    Ok(lease.status())
 }
 
 fn check_payload<T>() -> Result<(), LeaseError> {
@@ -618,6 +647,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             preemption: self.preemption,
             waiters: st.waiters.load(Ordering::Relaxed),
             counters: std::array::from_fn(|i| st.counters[i].load(Ordering::Relaxed)),
+            payload_words: st.read_published_consistent(),
+            payload_type: self.map.info().layout.payload,
         }
     }
 }

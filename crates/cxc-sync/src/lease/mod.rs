@@ -12,4 +12,4 @@ pub use state::{PAYLOAD_BYTES, counter};
 #[cfg(not(cxc_loom))]
 mod file;
 #[cfg(not(cxc_loom))]
-pub use file::{LeaseStatus, OwnerLease};
+pub use file::{LeaseStatus, OwnerLease, inspect};

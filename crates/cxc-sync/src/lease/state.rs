@@ -70,6 +70,18 @@ pub mod counter {
     pub const TORN_RESTORED: usize = 8;
     /// Number of counters in use.
     pub const COUNT: usize = 9;
+    /// Names of the counters, by index.
+    pub const NAMES: [&str; COUNT] = [
+        "claim_preempt",
+        "claim_stale",
+        "claim_dead_owner",
+        "torn_inherited",
+        "stale_op_rejected",
+        "blocked_waits",
+        "blocked_ns",
+        "timeouts",
+        "torn_restored",
+    ];
 }
 
 /// One payload buffer: a sequence word and 48 bytes, one cache line.
@@ -603,6 +615,12 @@ impl LeaseState {
     pub(crate) fn read_published(&self, word: u64) -> [u64; PAYLOAD_WORDS] {
         let buf = &self.bufs[idx_of(word)];
         std::array::from_fn(|i| buf.words[i].load(Ordering::Relaxed))
+    }
+
+    /// The published payload, read as a seqlock reader regardless of the holder
+    /// (diagnostics only; bounded retries, zeros if a writer keeps interfering).
+    pub(crate) fn read_published_consistent(&self) -> [u64; PAYLOAD_WORDS] {
+        self.read_if(PAYLOAD_WORDS, |_| true).unwrap_or_default()
     }
 
     /// Whether the current claim inherited an interrupted write that was not yet
