@@ -21,7 +21,7 @@ pub(crate) fn parse(s: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         other => return Err(format!("unknown duration unit `{other}` in `{s}`")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("duration `{s}` is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
