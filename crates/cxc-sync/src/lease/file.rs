@@ -315,6 +315,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // Validated by `check_params` (open) or built from valid options (create).
         let epoch = EpochMode::decode(p[1], p[2]).unwrap_or_default();
         let preemption = Preemption::from_code(p[0]).unwrap_or_default();
+        // Record who we are before we can claim (see `ident.rs`).
+        map.head().register_identity(crate::liveness::current());
         OwnerLease {
             map,
             clock: EpochClock::new(epoch),

@@ -28,9 +28,29 @@ fn claim(
     grace: u64,
     write: bool,
 ) -> Option<(super::LeaseClaim, u64)> {
+    claim_judged(s, policy, pid, grace, write, unknown)
+}
+
+fn claim_judged(
+    s: &LeaseState,
+    policy: Policy,
+    pid: u32,
+    grace: u64,
+    write: bool,
+    judge: fn(&LeaseState, u64) -> Liveness,
+) -> Option<(super::LeaseClaim, u64)> {
     let now = s.epoch.load(Ordering::Acquire);
-    s.try_claim(policy, pid, grace, now, unknown, write)
+    s.try_claim(policy, pid, grace, now, judge, write)
         .map(|g| (s.claim_for(g.word, g.torn), g.word))
+}
+
+/// The OS says pid 20 is dead (it was killed); everyone else is unidentified.
+fn pid20_dead(_: &LeaseState, w: u64) -> Liveness {
+    if pid_of(w) == 20 {
+        Liveness::Dead
+    } else {
+        Liveness::Unknown
+    }
 }
 
 fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
@@ -141,7 +161,8 @@ fn loom_steal_race() {
 }
 
 /// L4 + L5: a writer dies mid-write (its thread stops after filling part of the other
-/// buffer); a stale takeover inherits the torn flag but reads the last published value.
+/// buffer) and the OS reports it dead; the takeover inherits the torn flag but reads the
+/// last published value.
 #[test]
 fn loom_writer_dies_mid_write() {
     loom::model(|| {
@@ -165,8 +186,7 @@ fn loom_writer_dies_mid_write() {
         });
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
-            s2.epoch.store(5, Ordering::Release);
-            claim(&s2, NEVER, 30, 0, false)
+            claim_judged(&s2, NEVER, 30, 1000, false, pid20_dead)
                 .map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w & ID_MASK == c.id)))
         });
         t1.join().unwrap();

@@ -2,6 +2,7 @@
 //! payload updates (seed 000 + seed 003; `docs/owner-lease.md`).
 
 mod claim;
+mod ident;
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 mod state;

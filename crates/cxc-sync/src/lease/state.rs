@@ -14,10 +14,11 @@
 //! generation stored every 2^16 claims, and a claim's full generation is the unique value
 //! above the checkpoint with the claim word's low 30 bits.
 
-use crate::liveness::{self, Liveness};
+use crate::liveness::Liveness;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence, spin_hint};
 
 use super::claim::LeaseClaim;
+use super::ident::{IDENT_SLOTS, IdentSlot};
 
 pub(crate) const PID_MASK: u64 = 0xFFFF_FFFF;
 pub(crate) const IDX_BIT: u64 = 1 << 32;
@@ -103,10 +104,8 @@ pub(crate) struct LeaseState {
     pub(crate) epoch: AtomicU64,
     /// Checkpoint of the full generation.
     pub(crate) term: AtomicU64,
-    /// Claim id whose process start time is in `ident_start`.
-    pub(crate) ident_claim: AtomicU64,
-    /// Start time of the process that made `ident_claim`.
-    pub(crate) ident_start: AtomicU64,
+    /// Reserved (zero).
+    _reserved: [AtomicU64; 2],
     /// Claim id that inherited an interrupted write (0 = none).
     pub(crate) torn: AtomicU64,
     /// Futex word bumped by releases when someone sleeps.
@@ -118,12 +117,14 @@ pub(crate) struct LeaseState {
     pub(crate) bufs: [PayloadBuf; 2],
     /// Cumulative event counters (see [`counter`]).
     pub(crate) counters: [AtomicU64; 16],
+    /// Process identities of the handles using this file (see `ident.rs`).
+    pub(crate) idents: [IdentSlot; IDENT_SLOTS],
 }
 
 #[cfg(not(cxc_loom))]
 const _: () = assert!(size_of::<PayloadBuf>() == 64);
 #[cfg(not(cxc_loom))]
-const _: () = assert!(size_of::<LeaseState>() == 320);
+const _: () = assert!(size_of::<LeaseState>() == 576);
 #[cfg(not(cxc_loom))]
 const _: () = assert!(align_of::<LeaseState>() == 64);
 
@@ -180,13 +181,13 @@ impl LeaseState {
             heartbeat: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             term: AtomicU64::new(0),
-            ident_claim: AtomicU64::new(0),
-            ident_start: AtomicU64::new(0),
+            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
             torn: AtomicU64::new(0),
             wake: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
             bufs: [buf(), buf()],
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
+            idents: std::array::from_fn(|_| IdentSlot::new()),
         }
     }
 
@@ -209,31 +210,6 @@ impl LeaseState {
             generation: self.full_generation(word),
             inherited_torn,
         }
-    }
-
-    /// Liveness of the holder of `word` by its recorded OS identity (`/proc`).
-    pub(crate) fn holder_liveness(&self, word: u64) -> Liveness {
-        let id = word & ID_MASK;
-        // SYNC: ident. Pairs with the Release stores in `note_claim`.
-        if self.ident_claim.load(Ordering::Acquire) != id {
-            return Liveness::Unknown;
-        }
-        let start = self.ident_start.load(Ordering::Acquire);
-        if self.claim.load(Ordering::Acquire) & ID_MASK != id {
-            // The claim moved on while we looked; the start time may be a newer claim's.
-            return Liveness::Unknown;
-        }
-        liveness::check(pid_of(word), start)
-    }
-
-    /// The recorded start time for claim `word`, if any.
-    pub(crate) fn holder_start(&self, word: u64) -> Option<u64> {
-        let id = word & ID_MASK;
-        if self.ident_claim.load(Ordering::Acquire) != id {
-            return None;
-        }
-        let start = self.ident_start.load(Ordering::Acquire);
-        (self.claim.load(Ordering::Acquire) & ID_MASK == id && start != 0).then_some(start)
     }
 
     /// Claim protocol (seed 000 + fencing). `now` is the current epoch (read once by the
@@ -333,17 +309,14 @@ impl LeaseState {
             };
             let torn = cur & WRITE_BIT != 0;
             if torn {
-                // A write is in flight. Only a dead writer may be superseded mid-write:
-                // with a recorded identity the OS must say so; without one, a stale
-                // heartbeat is taken as death (documented pitfall).
+                // A write is in flight.
                 if verdict == Liveness::Unknown {
                     verdict = judge(self, cur);
                 }
-                let dead = match verdict {
-                    Liveness::Dead => true,
-                    Liveness::Alive => false,
-                    Liveness::Unknown => reason == ClaimReason::Stale,
-                };
+                // Only a holder the OS proves dead is superseded mid-write: a live (or
+                // unidentifiable, e.g. paused) writer could still store into the buffer
+                // the next holder would publish.
+                let dead = verdict == Liveness::Dead;
                 if !dead {
                     if spins < WRITE_SPIN_LIMIT {
                         spins += 1;
@@ -386,12 +359,6 @@ impl LeaseState {
         let low = word >> GEN_SHIFT;
         if low % TERM_CHECKPOINT == 0 {
             self.checkpoint(word);
-        }
-        let start = liveness::start_time_for(pid_of(word));
-        if start != 0 {
-            // SYNC: ident. Start time first, then the tag that makes it valid.
-            self.ident_start.store(start, Ordering::Release);
-            self.ident_claim.store(id, Ordering::Release);
         }
         match reason {
             ClaimReason::Vacant => {}
