@@ -98,20 +98,18 @@ impl EpochClock {
     #[inline]
     pub(crate) fn now(&self, counter: &AtomicU64) -> u64 {
         let manual = counter.load(Ordering::Acquire);
-        if self.tick_ns == 0 {
-            manual
-        } else {
-            (monotonic_ns() / self.tick_ns).wrapping_add(manual)
+        match self.tick_ns {
+            0 => manual,
+            tick_ns => (monotonic_ns() / tick_ns).wrapping_add(manual),
         }
     }
 
     /// Advances the counter by one and returns the new current epoch.
     pub(crate) fn tick(&self, counter: &AtomicU64) -> u64 {
         let manual = counter.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        if self.tick_ns == 0 {
-            manual
-        } else {
-            (monotonic_ns() / self.tick_ns).wrapping_add(manual)
+        match self.tick_ns {
+            0 => manual,
+            tick_ns => (monotonic_ns() / tick_ns).wrapping_add(manual),
         }
     }
 

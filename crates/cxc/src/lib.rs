@@ -5,3 +5,8 @@
 
 pub use cxc_mmf as mmf;
 pub use cxc_mmf::{Kind, MmfError};
+pub use cxc_sync::{
+    DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
+    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, InFlightBits,
+    ReclaimReport, heartbeat_counter,
+};
