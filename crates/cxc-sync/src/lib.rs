@@ -1,18 +1,27 @@
 //! Cross-process synchronization primitives that live in memory-mapped files.
 //!
 //! - [`epoch`]: manual or clock-driven epochs, the time base of heartbeats.
+//! - [`HeartbeatTable`] / [`FailoverWatchdog`]: worker heartbeats with in-flight work
+//!   bits, and failover (fence + reclaim) of dead workers' work.
 //! - [`liveness`]: process identity (pid + start time) and whether it is still alive.
 
 #![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
 
 pub mod epoch;
 pub(crate) mod futex;
+mod heartbeat;
 pub mod liveness;
 pub(crate) mod primitive;
 
 pub use epoch::EpochMode;
 pub mod lease;
 
+#[cfg(not(cxc_loom))]
+pub use heartbeat::{
+    DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HeartbeatOptions,
+    HeartbeatTable, InFlightBits, ReclaimReport,
+};
+pub use heartbeat::{HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, heartbeat_counter};
 pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 #[cfg(not(cxc_loom))]
 pub use lease::{LeaseStatus, OwnerLease};

@@ -6,6 +6,11 @@
 pub use cxc_mmf as mmf;
 pub use cxc_mmf::{Kind, MmfError};
 pub use cxc_sync::{
+    DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
+    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, InFlightBits,
+    ReclaimReport, heartbeat_counter,
+};
+pub use cxc_sync::{
     EpochMode, LeaseClaim, LeaseError, LeaseOptions, LeaseStatus, OwnerLease, Preemption,
 };
 

@@ -1,0 +1,261 @@
+//! The heartbeat file's shared state: the fixed block ([`HeartbeatHead`]), one 64-byte
+//! [`HeartbeatSlot`] per worker, and the bit encodings of the slot words.
+//!
+//! Offsets are relative to the start of the block (the file header is 128 bytes, so the
+//! head starts at file offset 128 and slot `i` at `128 + 192 + 64 * i`). `docs/heartbeat.md`
+//! has the same table.
+//!
+//! # Slot words
+//!
+//! ```text
+//! owner      63........32 31..........1 0
+//!            pid          generation    FENCED
+//! lo / hi    63........32 31..................0
+//!            tag          in-flight bits 0..31 (lo) / 32..63 (hi)
+//! ident      63........24 23..........0
+//!            start time   generation & 0xFF_FFFF
+//! ```
+//!
+//! A *tag* is the low half of an owner word (`generation << 1 | FENCED`). A bitmap half is
+//! writable by a worker only while its tag is the worker's live tag, so every worker write
+//! is a CAS that fails once the watchdog or a new registration retagged the half.
+//!
+//! | owner word                 | state   | meaning                                      |
+//! |----------------------------|---------|----------------------------------------------|
+//! | `pid == 0`                 | FREE    | never used, or unregistered with no bits     |
+//! | `pid != 0`, FENCED clear   | LIVE    | registered worker `(pid, generation)`        |
+//! | `pid != 0`, FENCED set     | FENCED  | declared dead or unregistered; owner locked out |
+
+use crate::primitive::AtomicU64;
+
+/// Largest slot count a table may have.
+pub const MAX_CAPACITY: usize = 65_536;
+
+/// The FENCED flag of an owner word / tag.
+pub(crate) const FENCED_BIT: u64 = 1;
+/// Generations are 31 bits wide.
+pub(crate) const GEN_MASK: u32 = 0x7FFF_FFFF;
+/// Bits of the generation kept in the `ident` word.
+pub(crate) const IDENT_GEN_MASK: u64 = 0xFF_FFFF;
+/// Start times at or above this do not fit the `ident` word and are stored as unknown.
+pub(crate) const IDENT_START_LIMIT: u64 = 1 << 40;
+
+/// Builds an owner word.
+#[inline]
+pub(crate) const fn owner_word(pid: u32, generation: u32, fenced: bool) -> u64 {
+    ((pid as u64) << 32) | (((generation & GEN_MASK) as u64) << 1) | fenced as u64
+}
+
+/// The pid of an owner word (0: free).
+#[inline]
+pub(crate) const fn pid_of(owner: u64) -> u32 {
+    (owner >> 32) as u32
+}
+
+/// The generation of an owner word or tag.
+#[inline]
+pub(crate) const fn gen_of(owner_or_tag: u64) -> u32 {
+    ((owner_or_tag as u32) >> 1) & GEN_MASK
+}
+
+/// Whether the FENCED flag is set.
+#[inline]
+pub(crate) const fn is_fenced(owner_or_tag: u64) -> bool {
+    owner_or_tag & FENCED_BIT != 0
+}
+
+/// The tag (low 32 bits) of an owner word.
+#[inline]
+pub(crate) const fn tag_of(owner: u64) -> u32 {
+    owner as u32
+}
+
+/// The live tag of a generation.
+#[inline]
+pub(crate) const fn live_tag(generation: u32) -> u32 {
+    (generation & GEN_MASK) << 1
+}
+
+/// The fenced tag of a generation.
+#[inline]
+pub(crate) const fn fenced_tag(generation: u32) -> u32 {
+    live_tag(generation) | 1
+}
+
+/// Builds a bitmap-half word.
+#[inline]
+pub(crate) const fn half_word(tag: u32, bits: u32) -> u64 {
+    ((tag as u64) << 32) | bits as u64
+}
+
+/// The tag of a bitmap-half word.
+#[inline]
+pub(crate) const fn half_tag(half: u64) -> u32 {
+    (half >> 32) as u32
+}
+
+/// The in-flight bits of a bitmap-half word.
+#[inline]
+pub(crate) const fn half_bits(half: u64) -> u32 {
+    half as u32
+}
+
+/// The generation after `generation` (31-bit wrap, skipping 0 so a live tag is never 0).
+#[inline]
+pub(crate) const fn next_gen(generation: u32) -> u32 {
+    let n = generation.wrapping_add(1) & GEN_MASK;
+    if n == 0 { 1 } else { n }
+}
+
+/// Packs a start time and generation into an `ident` word.
+#[inline]
+pub(crate) const fn ident_word(start_time: u64, generation: u32) -> u64 {
+    let start = if start_time < IDENT_START_LIMIT {
+        start_time
+    } else {
+        0
+    };
+    (start << 24) | (generation as u64 & IDENT_GEN_MASK)
+}
+
+/// The start time in an `ident` word if it was written for `generation`, else 0 (unknown).
+#[inline]
+pub(crate) const fn ident_start(ident: u64, generation: u32) -> u64 {
+    if ident & IDENT_GEN_MASK == generation as u64 & IDENT_GEN_MASK {
+        ident >> 24
+    } else {
+        0
+    }
+}
+
+/// Indices into the heartbeat file's `counters` array (cumulative event counts, transitions and slow
+/// paths only). Read them with `HeartbeatTable::counters`.
+pub mod counter {
+    /// Successful `register` calls.
+    pub const REGISTER: usize = 0;
+    /// Registrations that reused a fenced or freed slot.
+    pub const REUSE_FENCED: usize = 1;
+    /// Registrations that reused a slot whose owner was dead by OS identity.
+    pub const REUSE_OS_DEAD: usize = 2;
+    /// `register` calls that failed with `TableFull`.
+    pub const TABLE_FULL: usize = 3;
+    /// Successful `unregister` calls.
+    pub const UNREGISTER: usize = 4;
+    /// Watchdog scans.
+    pub const SCAN: usize = 5;
+    /// Dead-slot entries reported by scans.
+    pub const DEAD_REPORTED: usize = 6;
+    /// Of those, slots reported dead by OS identity while their lag was within grace.
+    pub const OS_DEAD_DETECTED: usize = 7;
+    /// Successful fencing transitions (LIVE -> FENCED) by a watchdog.
+    pub const FENCE: usize = 8;
+    /// In-flight bits returned by `reclaim`.
+    pub const RECLAIMED_BITS: usize = 9;
+    /// In-flight bits erased by `clear_dead_bitmap`.
+    pub const CLEARED_BITS: usize = 10;
+    /// `beat`/`mark_in_flight`/`clear_in_flight` refused because the caller was fenced
+    /// or its slot was taken over.
+    pub const FENCED_REJECT: usize = 11;
+    /// Snapshots abandoned after the bounded number of retries.
+    pub const SNAPSHOT_GIVEUP: usize = 12;
+    /// Calls with a slot index or bit outside the table.
+    pub const OUT_OF_RANGE: usize = 13;
+    /// Idle stale slots fenced by `sweep_idle`.
+    pub const SWEPT_IDLE: usize = 14;
+    /// Number of counters.
+    pub const COUNT: usize = 16;
+}
+
+/// The fixed block after the file header (192 bytes).
+///
+/// | offset | field          | meaning                                            |
+/// |-------:|----------------|----------------------------------------------------|
+/// | 0      | `global_epoch` | manual epoch counter (also the offset in clock mode) |
+/// | 8      | `_reserved`    | zero                                               |
+/// | 64     | `counters`     | `[u64; 16]` event counters, see [`counter`]        |
+#[repr(C, align(64))]
+#[cfg_attr(cxc_loom, allow(dead_code))]
+pub(crate) struct HeartbeatHead {
+    pub(crate) global_epoch: AtomicU64,
+    pub(crate) _reserved: [AtomicU64; 7],
+    pub(crate) counters: [AtomicU64; counter::COUNT],
+}
+
+/// One worker's slot: exactly one cache line.
+///
+/// | offset | field        | meaning                                              |
+/// |-------:|--------------|------------------------------------------------------|
+/// | 0      | `owner`      | pid / generation / FENCED                            |
+/// | 8      | `last_seen`  | epoch of the last beat (monotone per registration)   |
+/// | 16     | `lo`         | tag / in-flight bits 0..31                           |
+/// | 24     | `hi`         | tag / in-flight bits 32..63                          |
+/// | 32     | `ident`      | start time of the registering process / generation   |
+/// | 40     | `registered` | epoch at registration (diagnostics)                  |
+/// | 48     | `_reserved`  | zero                                                 |
+#[repr(C, align(64))]
+pub(crate) struct HeartbeatSlot {
+    pub(crate) owner: AtomicU64,
+    pub(crate) last_seen: AtomicU64,
+    pub(crate) lo: AtomicU64,
+    pub(crate) hi: AtomicU64,
+    pub(crate) ident: AtomicU64,
+    pub(crate) registered: AtomicU64,
+    pub(crate) _reserved: [AtomicU64; 2],
+}
+
+#[cfg(not(cxc_loom))]
+const _: () = assert!(size_of::<HeartbeatHead>() == 192);
+#[cfg(not(cxc_loom))]
+const _: () = assert!(size_of::<HeartbeatSlot>() == 64);
+#[cfg(not(cxc_loom))]
+const _: () = assert!(std::mem::offset_of!(HeartbeatHead, counters) == 64);
+
+// SAFETY: `HeartbeatHead` is `#[repr(C, align(64))]` and made only of `AtomicU64`s
+// (24 of them, 192 bytes, no padding), every bit pattern is valid, alignment 64.
+#[cfg(not(cxc_loom))]
+unsafe impl cxc_mmf::AtomicView for HeartbeatHead {}
+// SAFETY: `HeartbeatSlot` is `#[repr(C, align(64))]` and made only of `AtomicU64`s
+// (8 of them, 64 bytes, no padding), every bit pattern is valid, alignment 64.
+#[cfg(not(cxc_loom))]
+unsafe impl cxc_mmf::AtomicView for HeartbeatSlot {}
+
+impl HeartbeatSlot {
+    /// A never-used slot: owner FREE (generation 0), both halves fenced for generation 0.
+    /// `create` writes the same values into the file.
+    #[cfg_attr(not(cxc_loom), allow(dead_code))]
+    pub(crate) fn new_free() -> Self {
+        HeartbeatSlot {
+            owner: AtomicU64::new(0),
+            last_seen: AtomicU64::new(0),
+            lo: AtomicU64::new(half_word(fenced_tag(0), 0)),
+            hi: AtomicU64::new(half_word(fenced_tag(0), 0)),
+            ident: AtomicU64::new(0),
+            registered: AtomicU64::new(0),
+            _reserved: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodings_round_trip() {
+        let w = owner_word(0xDEAD_BEEF, 12345, false);
+        assert_eq!(pid_of(w), 0xDEAD_BEEF);
+        assert_eq!(gen_of(w), 12345);
+        assert!(!is_fenced(w));
+        assert!(is_fenced(w | FENCED_BIT));
+        assert_eq!(tag_of(w), live_tag(12345));
+        assert_eq!(fenced_tag(7) as u64, tag_of(owner_word(1, 7, true)) as u64);
+        let h = half_word(live_tag(9), 0x8000_0001);
+        assert_eq!(half_tag(h), live_tag(9));
+        assert_eq!(half_bits(h), 0x8000_0001);
+        assert_eq!(next_gen(GEN_MASK), 1);
+        assert_eq!(next_gen(0), 1);
+        assert_eq!(ident_start(ident_word(777, 5), 5), 777);
+        assert_eq!(ident_start(ident_word(777, 5), 6), 0);
+        assert_eq!(ident_start(ident_word(IDENT_START_LIMIT, 5), 5), 0);
+    }
+}
