@@ -24,6 +24,20 @@ pub(crate) enum CreateKind {
         #[arg(long, default_value = "600", value_parser = parse_mode)]
         mode: u32,
     },
+    /// A HeartbeatTable file.
+    Heartbeat {
+        /// The new file.
+        path: PathBuf,
+        /// Number of worker slots.
+        #[arg(long, default_value_t = 64)]
+        capacity: usize,
+        /// Clock-driven epochs of this length (default: manual epochs).
+        #[arg(long, value_parser = duration::parse)]
+        tick: Option<Duration>,
+        /// File permission bits, octal.
+        #[arg(long, default_value = "600", value_parser = parse_mode)]
+        mode: u32,
+    },
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -53,6 +67,23 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
             };
             OwnerLease::<u64>::create_with(&path, 0, &opts)?;
             println!("created lease {}", path.display());
+            Ok(())
+        }
+        CreateKind::Heartbeat {
+            path,
+            capacity,
+            tick,
+            mode,
+        } => {
+            let opts = cxc::HeartbeatOptions {
+                epoch: tick.map_or(EpochMode::Manual, |tick| EpochMode::Clock { tick }),
+                mode,
+            };
+            cxc::HeartbeatTable::create_with(&path, capacity, &opts)?;
+            println!(
+                "created heartbeat table {} ({capacity} slots)",
+                path.display()
+            );
             Ok(())
         }
     }

@@ -22,6 +22,39 @@ pub(crate) struct View {
 #[derive(Debug)]
 pub(crate) enum State {
     Lease(cxc::LeaseStatus),
+    Heartbeat(HeartbeatView),
+}
+
+/// A heartbeat table's state.
+#[derive(Debug)]
+pub(crate) struct HeartbeatView {
+    pub(crate) capacity: usize,
+    pub(crate) epoch: u64,
+    pub(crate) epoch_mode: cxc::EpochMode,
+    /// Registered (or fenced-with-bits) slots: index and snapshot.
+    pub(crate) slots: Vec<(usize, cxc::HeartbeatSnapshot)>,
+    pub(crate) counters: Vec<(&'static str, u64)>,
+}
+
+fn heartbeat(path: &Path) -> Result<HeartbeatView, CliError> {
+    let t = cxc::HeartbeatTable::open_any(path)?;
+    let slots = (0..t.capacity())
+        .filter_map(|i| t.snapshot(i).map(|s| (i, s)))
+        .filter(|(_, s)| s.pid != 0 || s.in_flight_bitmap != 0)
+        .collect();
+    let counters = cxc::heartbeat_counter::NAMES
+        .iter()
+        .zip(t.counters())
+        .filter(|(n, _)| !n.is_empty())
+        .map(|(n, c)| (*n, c))
+        .collect();
+    Ok(HeartbeatView {
+        capacity: t.capacity(),
+        epoch: t.global_epoch(),
+        epoch_mode: t.epoch_mode(),
+        slots,
+        counters,
+    })
 }
 
 /// Reads and validates `path`.
@@ -29,6 +62,7 @@ pub(crate) fn load(path: &Path) -> Result<View, CliError> {
     let info = cxc::mmf::peek(path)?;
     let state = match info.layout.kind {
         Kind::Lease => State::Lease(cxc::lease::inspect(path)?),
+        Kind::Heartbeat => State::Heartbeat(heartbeat(path)?),
         other => {
             return Err(CliError::usage(format!(
                 "{}: {other} files are not supported by this build",

@@ -65,6 +65,37 @@ pub(crate) fn text(v: &View) -> String {
                 .collect();
             let _ = writeln!(s, "  counters:    {}", counters.join(" "));
         }
+        State::Heartbeat(h) => {
+            let _ = writeln!(
+                s,
+                "  capacity:    {} slots, {} in use; epoch {} ({})",
+                h.capacity,
+                h.slots.len(),
+                h.epoch,
+                epoch_mode(h.epoch_mode)
+            );
+            let _ = writeln!(
+                s,
+                "  {:>5}  {:>8}  {:>6}  {:>10}  {:>6}  {:<18}  state",
+                "slot", "pid", "gen", "last_seen", "lag", "in_flight"
+            );
+            for (i, snap) in &h.slots {
+                let _ = writeln!(
+                    s,
+                    "  {:>5}  {:>8}  {:>6}  {:>10}  {:>6}  {:#018x}  {}",
+                    i,
+                    snap.pid,
+                    snap.generation,
+                    snap.last_seen_epoch,
+                    h.epoch.saturating_sub(snap.last_seen_epoch),
+                    snap.in_flight_bitmap,
+                    if snap.fenced { "fenced" } else { "live" }
+                );
+            }
+            let counters: Vec<String> =
+                h.counters.iter().map(|(n, c)| format!("{n}={c}")).collect();
+            let _ = writeln!(s, "  counters:    {}", counters.join(" "));
+        }
     }
     s
 }
@@ -87,6 +118,22 @@ pub(crate) fn json(v: &View) -> Value {
             "payload_words": l.payload_words,
             "counters": cxc::lease::counter::NAMES.iter().zip(l.counters)
                 .map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<_, _>>(),
+        }),
+        State::Heartbeat(h) => json!({
+            "capacity": h.capacity,
+            "epoch": h.epoch,
+            "epoch_mode": epoch_mode(h.epoch_mode),
+            "slots": h.slots.iter().map(|(i, s)| json!({
+                "slot": i,
+                "pid": s.pid,
+                "generation": s.generation,
+                "last_seen_epoch": s.last_seen_epoch,
+                "lag": h.epoch.saturating_sub(s.last_seen_epoch),
+                "in_flight_bitmap": s.in_flight_bitmap,
+                "fenced": s.fenced,
+            })).collect::<Vec<_>>(),
+            "counters": h.counters.iter().map(|(n, c)| (n.to_string(), json!(c)))
+                .collect::<serde_json::Map<_, _>>(),
         }),
     };
     json!({

@@ -164,6 +164,25 @@ pub mod counter {
     pub const SWEPT_IDLE: usize = 14;
     /// Number of counters.
     pub const COUNT: usize = 16;
+    /// Names of the counters, by index (empty for unused indices).
+    pub const NAMES: [&str; COUNT] = [
+        "register",
+        "reuse_fenced",
+        "reuse_os_dead",
+        "table_full",
+        "unregister",
+        "scan",
+        "dead_reported",
+        "os_dead_detected",
+        "fence",
+        "reclaimed_bits",
+        "cleared_bits",
+        "fenced_reject",
+        "snapshot_giveup",
+        "out_of_range",
+        "swept_idle",
+        "",
+    ];
 }
 
 /// The fixed block after the file header (192 bytes).
