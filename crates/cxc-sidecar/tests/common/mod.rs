@@ -1,0 +1,189 @@
+//! Test support: `Probe`, an `AdaptiveInstance` over a `Kind::Test` file whose fixed block
+//! embeds counters, a handshake and a ring the way a primitive does, and helpers to re-run
+//! this test binary as a child process.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cxc_mmf::{AtomicView, CreateOptions, Expect, Kind, Layout, Mapped, MmfError, TypeFingerprint};
+use cxc_sidecar::{AdaptiveInstance, HandshakeHeader, ObservationRing, OpCode, counter_values};
+
+/// The probe's fixed block, laid out like a primitive's.
+#[repr(C, align(64))]
+pub struct ProbeState {
+    pub counters: [AtomicU64; 16],
+    pub handshake: HandshakeHeader,
+    pub ring: ObservationRing,
+}
+
+const _: () = assert!(size_of::<ProbeState>() == 128 + 64 + 2624);
+
+// SAFETY: `repr(C)`, made only of `AtomicU64` arrays and the crate's in-file views
+// (`HandshakeHeader`, `ObservationRing`, both `AtomicView`s of `AtomicU64`s): every bit
+// pattern is valid, alignment 64.
+#[allow(unsafe_code)]
+unsafe impl AtomicView for ProbeState {}
+
+pub const HEAD_SIZE: u32 = size_of::<ProbeState>() as u32;
+/// Counter indices.
+pub const EVENTS: usize = 0;
+pub const WAITS: usize = 1;
+pub const COUNTER_NAMES: [&str; 2] = ["events", "waits"];
+
+/// Marks the probe's files among other test files.
+const PROBE_PARAM: u64 = 0x5349_4445; // "SIDE"
+
+fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
+    if p[0] == PROBE_PARAM {
+        Ok(())
+    } else {
+        Err(MmfError::ParamMismatch {
+            name: "probe",
+            expected: PROBE_PARAM.to_string(),
+            found: p[0],
+        })
+    }
+}
+
+pub struct Probe {
+    map: Mapped<ProbeState>,
+    dropped: Option<Arc<AtomicBool>>,
+}
+
+impl Probe {
+    pub fn create(path: &Path) -> Probe {
+        let layout = Layout {
+            kind: Kind::Test,
+            head_size: HEAD_SIZE,
+            slot_size: 0,
+            capacity: 0,
+            payload: TypeFingerprint::NONE,
+            params: [PROBE_PARAM, 0, 0, 0],
+        };
+        // No init: an all-zero block is an empty ring and the default handshake.
+        let map = Mapped::create(path, layout, &CreateOptions::default(), |_, _| {})
+            .expect("create probe file");
+        Probe { map, dropped: None }
+    }
+
+    pub fn open(path: &Path) -> Probe {
+        let expect = Expect {
+            kind: Kind::Test,
+            head_size: HEAD_SIZE,
+            slot_size: 0,
+            capacity: Some(0),
+            max_capacity: 0,
+            payload: TypeFingerprint::NONE,
+            check_params: &check_params,
+        };
+        let map = Mapped::open(path, &expect).expect("open probe file");
+        Probe { map, dropped: None }
+    }
+
+    /// Sets `flag` when the probe is dropped.
+    pub fn with_drop_flag(mut self, flag: Arc<AtomicBool>) -> Probe {
+        self.dropped = Some(flag);
+        self
+    }
+
+    pub fn state(&self) -> &ProbeState {
+        self.map.head()
+    }
+
+    /// Counts and records an event, as a primitive's slow path does.
+    pub fn event(&self, code: u16, flags: u16, arg: u64) -> u64 {
+        self.state().counters[EVENTS].fetch_add(1, Ordering::Relaxed);
+        self.state().ring.record_code(code, flags, arg)
+    }
+
+    /// Records a blocked wait of `ns`.
+    pub fn wait(&self, ns: u64, flags: u16) {
+        self.state().counters[WAITS].fetch_add(1, Ordering::Relaxed);
+        self.event(OpCode::LeaseBlockedWait.code(), flags, ns);
+    }
+
+    pub fn path(&self) -> &Path {
+        self.map.path()
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(f) = &self.dropped {
+            f.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl AdaptiveInstance for Probe {
+    fn kind(&self) -> Kind {
+        Kind::Test
+    }
+
+    fn name(&self) -> String {
+        self.map.path().display().to_string()
+    }
+
+    fn ring(&self) -> &ObservationRing {
+        &self.state().ring
+    }
+
+    fn handshake(&self) -> &HandshakeHeader {
+        &self.state().handshake
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        counter_values(&COUNTER_NAMES, &self.state().counters)
+    }
+}
+
+/// Environment variable naming a child's role.
+pub const ROLE_VAR: &str = "CXC_SIDECAR_TEST_ROLE";
+/// Environment variable carrying the shared file's path to a child.
+pub const PATH_VAR: &str = "CXC_SIDECAR_TEST_PATH";
+
+/// The role this process was started with, `None` in the parent.
+pub fn role() -> Option<String> {
+    std::env::var(ROLE_VAR).ok()
+}
+
+/// The shared file's path (in a child).
+pub fn shared_path() -> PathBuf {
+    PathBuf::from(std::env::var_os(PATH_VAR).expect("child without a path"))
+}
+
+/// Re-runs this test binary as a child running only `test` (by exact name), in `role`, on
+/// the file at `path`. Its stdout is piped; stderr is inherited.
+pub fn spawn_child(test: &str, role: &str, path: &Path) -> Child {
+    Command::new(std::env::current_exe().expect("current exe"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ROLE_VAR, role)
+        .env(PATH_VAR, path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn child test process")
+}
+
+/// Waits until `cond` holds, at most `timeout`.
+pub fn wait_until(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A private sidecar, so tests running in parallel threads do not poll each other.
+pub fn private_sidecar() -> &'static cxc_sidecar::Sidecar {
+    Box::leak(Box::new(cxc_sidecar::Sidecar::new()))
+}
