@@ -63,6 +63,7 @@ impl<T: AdaptiveInstance> SidecarBox<T> {
 
     /// Registers `instance` with `sidecar`.
     pub fn new_in(sidecar: &'static Sidecar, instance: T, policy: Option<Box<dyn Policy>>) -> Self {
+        instance.set_observed(true);
         let inner = Arc::new(instance);
         let weak: Weak<dyn AdaptiveInstance> = Arc::downgrade(&inner) as Weak<dyn AdaptiveInstance>;
         let id = sidecar.register(weak, policy);
@@ -114,6 +115,7 @@ impl<T: AdaptiveInstance> AsRef<T> for SidecarBox<T> {
 impl<T: AdaptiveInstance> Drop for SidecarBox<T> {
     fn drop(&mut self) {
         self.sidecar.unregister(self.id);
+        self.inner.set_observed(false);
     }
 }
 

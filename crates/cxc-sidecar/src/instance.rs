@@ -62,6 +62,14 @@ pub trait AdaptiveInstance: Send + Sync + 'static {
     /// The cumulative in-file counters, as (name, value) pairs.
     fn counters(&self) -> Vec<(&'static str, u64)>;
 
+    /// Turns recording of observations into the ring on or off for this handle.
+    /// [`SidecarBox`](crate::SidecarBox) turns it on when it registers the instance and off
+    /// when it unregisters it, so a raw instance records nothing and costs nothing extra.
+    /// The default does nothing (an instance that always records).
+    fn set_observed(&self, observed: bool) {
+        let _ = observed;
+    }
+
     /// Makes `strategy` current for every process using the file; returns its generation.
     /// The default publishes it to the [`handshake`](Self::handshake) and, if that changed
     /// anything, records [`OpCode::StrategyChanged`] in the ring. Override to also adjust

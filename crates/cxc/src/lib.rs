@@ -18,3 +18,9 @@ pub use cxc_sync::{
 pub mod lease {
     pub use cxc_sync::lease::{PAYLOAD_BYTES, counter, inspect};
 }
+
+pub use cxc_sidecar as sidecar;
+pub use cxc_sidecar::{
+    AdaptiveInstance, AdaptiveSpin, HandshakeHeader, Observation, ObservationRing, OpCode, Policy,
+    Sidecar, SidecarBox, Strategy,
+};

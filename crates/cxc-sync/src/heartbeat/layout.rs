@@ -185,19 +185,23 @@ pub mod counter {
     ];
 }
 
-/// The fixed block after the file header (192 bytes).
+/// The fixed block after the file header (2880 bytes).
 ///
 /// | offset | field          | meaning                                            |
 /// |-------:|----------------|----------------------------------------------------|
 /// | 0      | `global_epoch` | manual epoch counter (also the offset in clock mode) |
 /// | 8      | `_reserved`    | zero                                               |
 /// | 64     | `counters`     | `[u64; 16]` event counters, see [`counter`]        |
+/// | 192    | `handshake`    | shared strategy block (`cxc-sidecar`)              |
+/// | 256    | `ring`         | observation ring (`cxc-sidecar`), 2624 bytes       |
 #[repr(C, align(64))]
 #[cfg_attr(cxc_loom, allow(dead_code))]
 pub(crate) struct HeartbeatHead {
     pub(crate) global_epoch: AtomicU64,
     pub(crate) _reserved: [AtomicU64; 7],
     pub(crate) counters: [AtomicU64; counter::COUNT],
+    pub(crate) handshake: cxc_sidecar::HandshakeHeader,
+    pub(crate) ring: cxc_sidecar::ObservationRing,
 }
 
 /// One worker's slot: exactly one cache line.
@@ -223,7 +227,7 @@ pub(crate) struct HeartbeatSlot {
 }
 
 #[cfg(not(cxc_loom))]
-const _: () = assert!(size_of::<HeartbeatHead>() == 192);
+const _: () = assert!(size_of::<HeartbeatHead>() == 2880);
 #[cfg(not(cxc_loom))]
 const _: () = assert!(size_of::<HeartbeatSlot>() == 64);
 #[cfg(not(cxc_loom))]

@@ -67,6 +67,8 @@ pub struct HeartbeatTable {
     clock: EpochClock,
     /// Owner words of the registrations made through this handle (0: none), per slot.
     mine: Box<[LocalU64]>,
+    /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
+    observed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for HeartbeatTable {
@@ -215,6 +217,7 @@ impl HeartbeatTable {
             map,
             clock: EpochClock::new(epoch),
             mine,
+            observed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -270,6 +273,7 @@ impl HeartbeatTable {
                 if let Claim::Won { owner, reused } = slot.try_claim(pid, start, now, rule) {
                     self.mine[i].store(owner, Ordering::Relaxed);
                     self.bump(counter::REGISTER, 1);
+                    self.note(cxc_sidecar::OpCode::HeartbeatRegister, 0, i as u64);
                     if pass == 1 {
                         self.bump(counter::REUSE_OS_DEAD, 1);
                     } else if reused {
@@ -298,6 +302,7 @@ impl HeartbeatTable {
         }
         if ok {
             self.bump(counter::UNREGISTER, 1);
+            self.note(cxc_sidecar::OpCode::HeartbeatUnregister, 0, slot as u64);
         }
         ok
     }
@@ -312,7 +317,7 @@ impl HeartbeatTable {
         };
         let ok = s.beat(self.expected(slot), self.global_epoch());
         if !ok {
-            self.rejected();
+            self.rejected(slot);
         }
         ok
     }
@@ -342,7 +347,7 @@ impl HeartbeatTable {
         };
         let ok = s.update_bit(self.expected(slot), bit, set);
         if !ok {
-            self.rejected();
+            self.rejected(slot);
         }
         ok
     }
@@ -391,8 +396,27 @@ impl HeartbeatTable {
     }
 
     #[cold]
-    fn rejected(&self) {
+    fn rejected(&self, slot: usize) {
         self.bump(counter::FENCED_REJECT, 1);
+        self.note(cxc_sidecar::OpCode::HeartbeatFencedBeat, 0, slot as u64);
+    }
+
+    /// Records an observation if a `SidecarBox` observes this handle.
+    #[inline]
+    pub(crate) fn note(&self, op: cxc_sidecar::OpCode, flags: u16, arg: u64) {
+        if self.observed.load(std::sync::atomic::Ordering::Relaxed) {
+            self.map.head().ring.record(op, flags, arg);
+        }
+    }
+
+    /// The shared strategy and its generation.
+    pub fn strategy(&self) -> (cxc_sidecar::Strategy, u32) {
+        self.map.head().handshake.current()
+    }
+
+    /// The observations still in the file's ring, oldest first.
+    pub fn recent_observations(&self) -> Vec<cxc_sidecar::Observation> {
+        self.map.head().ring.snapshot()
     }
 
     pub(crate) fn slots(&self) -> &[HeartbeatSlot] {
@@ -403,5 +427,33 @@ impl HeartbeatTable {
         if let Some(c) = self.map.head().counters.get(index) {
             c.fetch_add(n, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(not(cxc_loom))]
+impl cxc_sidecar::AdaptiveInstance for HeartbeatTable {
+    fn kind(&self) -> cxc_mmf::Kind {
+        cxc_mmf::Kind::Heartbeat
+    }
+
+    fn name(&self) -> String {
+        self.map.path().display().to_string()
+    }
+
+    fn ring(&self) -> &cxc_sidecar::ObservationRing {
+        &self.map.head().ring
+    }
+
+    fn handshake(&self) -> &cxc_sidecar::HandshakeHeader {
+        &self.map.head().handshake
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        cxc_sidecar::counter_values(&counter::NAMES[..15], &self.map.head().counters)
+    }
+
+    fn set_observed(&self, observed: bool) {
+        self.observed
+            .store(observed, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -185,6 +185,7 @@ impl<'a> FailoverWatchdog<'a> {
         }
         st.last.clear();
         st.last.extend_from_slice(&dead);
+        table.note(cxc_sidecar::OpCode::HeartbeatScan, 0, dead.len() as u64);
         ReclaimReport {
             dead_slots: dead,
             new_global_epoch: now,
@@ -229,6 +230,8 @@ impl<'a> FailoverWatchdog<'a> {
                 self.after_fence(newly);
                 self.table
                     .bump(counter::RECLAIMED_BITS, u64::from(bits.count_ones()));
+                self.table
+                    .note(cxc_sidecar::OpCode::HeartbeatReclaim, 0, bits);
                 bits
             }
             None => 0,

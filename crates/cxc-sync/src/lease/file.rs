@@ -4,12 +4,19 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::AtomicBool;
+
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
+use cxc_sidecar::{
+    AdaptiveInstance, HandshakeHeader, ObservationRing, OpCode, counter_values,
+    flags as sidecar_flags,
+};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 use super::state::{
-    Granted, ID_MASK, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WRITE_BIT, counter, pid_of,
+    ClaimReason, Granted, ID_MASK, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WRITE_BIT,
+    counter, pid_of,
 };
 use crate::epoch::{EpochClock, EpochMode};
 use crate::liveness::{Liveness, PidWatch};
@@ -62,6 +69,8 @@ pub struct OwnerLease<T> {
     map: Mapped<LeaseState>,
     clock: EpochClock,
     preemption: Preemption,
+    /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
+    observed: AtomicBool,
     _payload: PhantomData<fn() -> T>,
 }
 
@@ -103,6 +112,10 @@ pub struct LeaseStatus {
     pub payload_words: [u64; PAYLOAD_WORDS],
     /// Payload type recorded in the file.
     pub payload_type: TypeFingerprint,
+    /// The shared strategy and its generation.
+    pub strategy: (cxc_sidecar::Strategy, u32),
+    /// The observations still in the file's ring, oldest first.
+    pub recent: Vec<cxc_sidecar::Observation>,
 }
 
 /// Reads the status of any lease file without knowing its payload type (for tools such as
@@ -321,6 +334,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             map,
             clock: EpochClock::new(epoch),
             preemption,
+            observed: AtomicBool::new(false),
             _payload: PhantomData,
         }
     }
@@ -344,37 +358,77 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.clock.now(&self.state().epoch)
     }
 
+    /// Whether transitions are recorded (a `SidecarBox` observes this handle).
+    #[inline]
+    fn observed(&self) -> bool {
+        self.observed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records an observation if observed.
+    #[inline]
+    fn note(&self, op: OpCode, flags: u16, arg: u64) {
+        if self.observed() {
+            self.note_slow(op, flags, arg);
+        }
+    }
+
+    #[cold]
+    fn note_slow(&self, op: OpCode, flags: u16, arg: u64) {
+        self.state().ring.record(op, flags, arg);
+    }
+
+    /// Claims through the protocol with the OS-identity judge, and records the claim.
+    #[inline]
+    fn claim_now(&self, my_pid: u32, grace: u64, write: bool) -> Option<Granted> {
+        let g = self.state().try_claim(
+            self.policy(),
+            my_pid,
+            grace,
+            self.now(),
+            |s: &LeaseState, w| s.holder_liveness(w),
+            write,
+        );
+        if let Some(g) = &g {
+            self.note_grant(g);
+        }
+        g
+    }
+
+    #[inline]
+    fn note_grant(&self, g: &Granted) {
+        if self.observed() {
+            self.note_grant_slow(g);
+        }
+    }
+
+    #[cold]
+    fn note_grant_slow(&self, g: &Granted) {
+        let generation = self.state().full_generation(g.word);
+        let op = match g.reason {
+            None => return,
+            Some(ClaimReason::Vacant) => OpCode::LeaseClaimVacant,
+            Some(ClaimReason::Preempt) => OpCode::LeaseClaimPreempt,
+            Some(ClaimReason::Stale) => OpCode::LeaseClaimStale,
+            Some(ClaimReason::Dead) => OpCode::LeaseClaimDeadOwner,
+        };
+        self.note_slow(op, 0, generation);
+        if g.torn {
+            self.note_slow(OpCode::LeaseTornRecovered, 0, generation);
+        }
+    }
+
     /// Seed API: claims the lease for `my_pid` if it is vacant, held by a higher pid
     /// (with [`Preemption::LowerPid`]), stale by more than `grace` epochs, or held by a
     /// process that no longer exists. Idempotent for the current holder. PID 0 is refused.
     #[inline]
     pub fn try_acquire(&self, my_pid: u32, grace: u64) -> bool {
-        let now = self.now();
-        self.state()
-            .try_claim(
-                self.policy(),
-                my_pid,
-                grace,
-                now,
-                |s: &LeaseState, w| s.holder_liveness(w),
-                false,
-            )
-            .is_some()
+        self.claim_now(my_pid, grace, false).is_some()
     }
 
     /// Like [`try_acquire`](Self::try_acquire), returning the fenced claim.
     #[inline]
     pub fn try_claim(&self, my_pid: u32, grace: u64) -> Option<LeaseClaim> {
-        let now = self.now();
-        self.state()
-            .try_claim(
-                self.policy(),
-                my_pid,
-                grace,
-                now,
-                |s: &LeaseState, w| s.holder_liveness(w),
-                false,
-            )
+        self.claim_now(my_pid, grace, false)
             .map(|g| self.state().claim_for(g.word, g.torn))
     }
 
@@ -402,11 +456,28 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             Some(start) => watch.liveness(pid_of(w), start),
             None => Liveness::Unknown,
         };
-        for _ in 0..SPIN_BEFORE_PARK {
+        // Spin first: the shared strategy's budget (a time), or the default iterations.
+        let budget = st.handshake.spin_budget();
+        let mut spins = 0u32;
+        loop {
+            let keep_spinning = match budget {
+                None => spins < SPIN_BEFORE_PARK,
+                Some(b) => spins % 16 != 0 || started.elapsed() < b,
+            };
+            if !keep_spinning {
+                break;
+            }
+            spins += 1;
             std::hint::spin_loop();
             if let Some(g) =
                 st.try_claim(self.policy(), my_pid, grace, self.now(), &mut judge, false)
             {
+                self.note_grant(&g);
+                self.note(
+                    OpCode::LeaseBlockedWait,
+                    sidecar_flags::WAIT_SPUN,
+                    started.elapsed().as_nanos() as u64,
+                );
                 return Some(st.claim_for(g.word, g.torn));
             }
         }
@@ -431,10 +502,17 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             }
             st.waiters.fetch_sub(1, Ordering::SeqCst);
             if got.is_some() || timed_out {
-                st.bump(counter::BLOCKED_NS, started.elapsed().as_nanos() as u64);
+                let waited = started.elapsed().as_nanos() as u64;
+                st.bump(counter::BLOCKED_NS, waited);
+                let mut flags = sidecar_flags::WAIT_PARKED;
                 if timed_out {
                     st.bump(counter::TIMEOUTS, 1);
+                    flags |= sidecar_flags::WAIT_TIMED_OUT;
                 }
+                if let Some(g) = &got {
+                    self.note_grant(g);
+                }
+                self.note(OpCode::LeaseBlockedWait, flags, waited);
                 return got.map(|g| st.claim_for(g.word, g.torn));
             }
         }
@@ -447,14 +525,26 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if my_pid == 0 || pid_of(cur) != my_pid {
             return false;
         }
-        self.state().release_from(cur & ID_MASK, cur)
+        let ok = self.state().release_from(cur & ID_MASK, cur);
+        self.note(OpCode::LeaseRelease, 0, u64::from(ok));
+        ok
     }
 
     /// Releases `claim` if it is still the current claim; a stale claim never clears a
     /// newer one.
     #[inline]
     pub fn release_claim(&self, claim: &LeaseClaim) -> bool {
-        self.state().release_id(claim.id)
+        let ok = self.state().release_id(claim.id);
+        self.note(
+            if ok {
+                OpCode::LeaseRelease
+            } else {
+                OpCode::LeaseLossDetected
+            },
+            0,
+            claim.generation,
+        );
+        ok
     }
 
     /// Seed API: claims the lease (as [`try_acquire`](Self::try_acquire)), runs `f` on a
@@ -464,15 +554,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// If `f` panics nothing is published and the lease is released.
     pub fn with_lease<R>(&self, my_pid: u32, grace: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         let st = self.state();
-        let now = self.now();
-        let claimed = st.try_claim(
-            self.policy(),
-            my_pid,
-            grace,
-            now,
-            |s: &LeaseState, w| s.holder_liveness(w),
-            true,
-        );
+        let claimed = self.claim_now(my_pid, grace, true);
         match claimed {
             Some(Granted { word, .. }) => {
                 // We hold the new claim with WRITE set: nobody else writes either buffer.
@@ -538,10 +620,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Writes the payload if `claim` is still current (fenced).
     #[inline]
     pub fn write_claimed(&self, claim: &LeaseClaim, value: T) -> bool {
-        self.state()
+        let ok = self
+            .state()
             .write_if(&to_words(&value), words_for::<T>(), |w| {
                 w & ID_MASK == claim.id
-            })
+            });
+        if !ok {
+            self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
+        }
+        ok
     }
 
     /// Seed API: refreshes the heartbeat if `my_pid` holds the lease; `false` means the
@@ -554,8 +641,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Refreshes the heartbeat if `claim` is still current.
     #[inline]
     pub fn beat_claimed(&self, claim: &LeaseClaim) -> bool {
-        self.state()
-            .beat_if(self.now(), |w| w & ID_MASK == claim.id)
+        let ok = self
+            .state()
+            .beat_if(self.now(), |w| w & ID_MASK == claim.id);
+        if !ok {
+            self.note(OpCode::LeaseLossDetected, 0, claim.generation);
+        }
+        ok
     }
 
     /// Whether `claim` is the current claim.
@@ -651,6 +743,38 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             counters: std::array::from_fn(|i| st.counters[i].load(Ordering::Relaxed)),
             payload_words: st.read_published_consistent(),
             payload_type: self.map.info().layout.payload,
+            strategy: st.handshake.current(),
+            recent: st.ring.snapshot(),
         }
+    }
+}
+
+impl<T> AdaptiveInstance for OwnerLease<T>
+where
+    T: FromBytes + IntoBytes + Immutable + KnownLayout + 'static,
+{
+    fn kind(&self) -> Kind {
+        Kind::Lease
+    }
+
+    fn name(&self) -> String {
+        self.map.path().display().to_string()
+    }
+
+    fn ring(&self) -> &ObservationRing {
+        &self.state().ring
+    }
+
+    fn handshake(&self) -> &HandshakeHeader {
+        &self.state().handshake
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        counter_values(&counter::NAMES, &self.state().counters)
+    }
+
+    fn set_observed(&self, observed: bool) {
+        self.observed
+            .store(observed, std::sync::atomic::Ordering::Relaxed);
     }
 }

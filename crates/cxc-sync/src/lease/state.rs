@@ -17,6 +17,8 @@
 use crate::liveness::Liveness;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence, spin_hint};
 
+use cxc_sidecar::{HandshakeHeader, ObservationRing};
+
 use super::claim::LeaseClaim;
 use super::ident::{IDENT_SLOTS, IdentSlot};
 
@@ -119,12 +121,16 @@ pub(crate) struct LeaseState {
     pub(crate) counters: [AtomicU64; 16],
     /// Process identities of the handles using this file (see `ident.rs`).
     pub(crate) idents: [IdentSlot; IDENT_SLOTS],
+    /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
+    pub(crate) handshake: HandshakeHeader,
+    /// Recent transitions, recorded while a `SidecarBox` observes a handle.
+    pub(crate) ring: ObservationRing,
 }
 
 #[cfg(not(cxc_loom))]
 const _: () = assert!(size_of::<PayloadBuf>() == 64);
 #[cfg(not(cxc_loom))]
-const _: () = assert!(size_of::<LeaseState>() == 576);
+const _: () = assert!(size_of::<LeaseState>() == 3264);
 #[cfg(not(cxc_loom))]
 const _: () = assert!(align_of::<LeaseState>() == 64);
 
@@ -148,6 +154,8 @@ pub(crate) enum ClaimReason {
 pub(crate) struct Granted {
     pub(crate) word: u64,
     pub(crate) torn: bool,
+    /// Why the claim was granted; `None` when the caller already held it.
+    pub(crate) reason: Option<ClaimReason>,
 }
 
 /// Per-handle protocol parameters.
@@ -188,6 +196,8 @@ impl LeaseState {
             bufs: [buf(), buf()],
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
             idents: std::array::from_fn(|_| IdentSlot::new()),
+            handshake: HandshakeHeader::new(),
+            ring: ObservationRing::new(),
         }
     }
 
@@ -245,6 +255,7 @@ impl LeaseState {
                 return Some(Granted {
                     word: next,
                     torn: false,
+                    reason: Some(ClaimReason::Vacant),
                 });
             }
         }
@@ -290,6 +301,7 @@ impl LeaseState {
                 return Some(Granted {
                     word: cur,
                     torn: false,
+                    reason: None,
                 });
             }
             let mut verdict = Liveness::Unknown;
@@ -343,7 +355,11 @@ impl LeaseState {
             {
                 Ok(_) => {
                     self.note_claim(next, reason, torn);
-                    return Some(Granted { word: next, torn });
+                    return Some(Granted {
+                        word: next,
+                        torn,
+                        reason: Some(reason),
+                    });
                 }
                 Err(actual) => {
                     cur = actual;
