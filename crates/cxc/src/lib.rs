@@ -5,3 +5,6 @@
 
 pub use cxc_mmf as mmf;
 pub use cxc_mmf::{Kind, MmfError};
+pub use cxc_sync::{
+    HolderInfo, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats, SharedSemaphore,
+};
