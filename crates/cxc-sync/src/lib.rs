@@ -4,6 +4,7 @@
 //! - [`HeartbeatTable`] / [`FailoverWatchdog`]: worker heartbeats with in-flight work
 //!   bits, and failover (fence + reclaim) of dead workers' work.
 //! - [`liveness`]: process identity (pid + start time) and whether it is still alive.
+//! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
 
 #![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
 
@@ -12,6 +13,7 @@ pub(crate) mod futex;
 mod heartbeat;
 pub mod liveness;
 pub(crate) mod primitive;
+mod semaphore;
 
 pub use epoch::EpochMode;
 pub mod lease;
@@ -25,3 +27,6 @@ pub use heartbeat::{HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, h
 pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 #[cfg(not(cxc_loom))]
 pub use lease::{LeaseStatus, OwnerLease};
+#[cfg(not(cxc_loom))]
+pub use semaphore::{HolderInfo, Permit, SemaphoreStats, SharedSemaphore};
+pub use semaphore::{SemaphoreError, SemaphoreOptions};

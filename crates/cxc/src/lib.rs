@@ -24,3 +24,6 @@ pub use cxc_sidecar::{
     AdaptiveInstance, AdaptiveSpin, HandshakeHeader, Observation, ObservationRing, OpCode, Policy,
     Sidecar, SidecarBox, Strategy,
 };
+pub use cxc_sync::{
+    HolderInfo, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats, SharedSemaphore,
+};

@@ -1,0 +1,130 @@
+//! The on-file structs: the 192-byte head block and the 64-byte holder slots.
+//!
+//! Offsets are relative to the start of the block (the head block starts at byte 128 of
+//! the file, after the cxc header; slot `i` at `128 + 192 + 64 * i`). The normative table
+//! is in `docs/shared-semaphore.md`.
+//!
+//! | offset | field       | type          | meaning                                     |
+//! |--------|-------------|---------------|---------------------------------------------|
+//! | 0      | `count`     | `u64`         | count word (`word::CountWord`)              |
+//! | 8      | `wake`      | `u32`         | futex word: bit 0 sleepers flag, bits 1.. wake sequence |
+//! | 12     | reserved    | `u32`         | 0                                           |
+//! | 16     | reserved    | `[u64; 6]`    | 0                                           |
+//! | 64     | `counters`  | `[u64; 16]`   | cumulative event counters (`ctr::*`)        |
+//!
+//! Slot: `owner: u64` at 0 (`word::owner_word`), `book: u64` at 8 (`word::BookWord`),
+//! 48 reserved bytes, so each process's book sits on its own cache line.
+
+use crate::primitive::{AtomicU32, AtomicU64};
+
+/// The semaphore's fixed block.
+#[repr(C, align(64))]
+pub(crate) struct SemHead {
+    /// The count word.
+    pub(crate) count: AtomicU64,
+    /// The futex word blocked acquirers sleep on.
+    pub(crate) wake: AtomicU32,
+    _reserved0: AtomicU32,
+    _reserved1: [AtomicU64; 6],
+    /// Cumulative event counters, incremented on slow paths only (indices in [`ctr`]).
+    pub(crate) counters: [AtomicU64; 16],
+}
+
+/// One entry of the holder table: which process it belongs to and what it holds.
+#[repr(C, align(64))]
+pub(crate) struct HolderSlot {
+    /// The owner word.
+    pub(crate) owner: AtomicU64,
+    /// The book word.
+    pub(crate) book: AtomicU64,
+    _reserved: [AtomicU64; 6],
+}
+
+/// Size of [`SemHead`] in the file.
+pub(crate) const HEAD_SIZE: u32 = 192;
+/// Size of one [`HolderSlot`] in the file.
+pub(crate) const SLOT_SIZE: u32 = 64;
+
+#[cfg(not(cxc_loom))]
+const _: () = {
+    assert!(size_of::<SemHead>() == HEAD_SIZE as usize);
+    assert!(size_of::<HolderSlot>() == SLOT_SIZE as usize);
+    assert!(std::mem::offset_of!(SemHead, wake) == 8);
+    assert!(std::mem::offset_of!(SemHead, counters) == 64);
+    assert!(std::mem::offset_of!(HolderSlot, book) == 8);
+};
+
+// SAFETY: `SemHead` is `repr(C)`, made only of `AtomicU64`/`AtomicU32` fields laid out
+// without padding (size asserted above: 8 + 4 + 4 + 48 + 128 = 192, alignment 64), and
+// every bit pattern is a valid value of every field.
+#[cfg(not(cxc_loom))]
+unsafe impl cxc_mmf::AtomicView for SemHead {}
+// SAFETY: `HolderSlot` is `repr(C)`, eight `AtomicU64`s (64 bytes, no padding, alignment
+// 64), valid for every bit pattern.
+#[cfg(not(cxc_loom))]
+unsafe impl cxc_mmf::AtomicView for HolderSlot {}
+
+/// Indices into [`SemHead::counters`].
+pub(crate) mod ctr {
+    /// An acquire found no permit and entered the blocking path.
+    pub(crate) const CONTENDED: usize = 0;
+    /// A blocked acquirer went to sleep in the kernel.
+    pub(crate) const SLEEPS: usize = 1;
+    /// `acquire_timeout` gave up.
+    pub(crate) const TIMEOUTS: usize = 2;
+    /// A release (or reclaim) woke sleepers.
+    pub(crate) const WAKES: usize = 3;
+    /// A release was refused because the pool was already at `max_permits`.
+    pub(crate) const OVERFLOW_REJECTED: usize = 4;
+    /// Permits returned by reclaim from dead holders.
+    pub(crate) const RECLAIMED_PERMITS: usize = 5;
+    /// Dead holders' slots freed by reclaim.
+    pub(crate) const RECLAIMED_HOLDERS: usize = 6;
+    /// Holder slots registered.
+    pub(crate) const REGISTERED: usize = 7;
+    /// A process found the holder table full and runs untracked (no crash recovery).
+    pub(crate) const UNTRACKED: usize = 8;
+    /// Reclaim scans over the holder table.
+    pub(crate) const RECLAIM_SCANS: usize = 9;
+    /// Held counts dropped by reclaim because the pool was already full (permits handed
+    /// to another process and released there).
+    pub(crate) const OVER_HELD: usize = 10;
+}
+
+impl SemHead {
+    /// A head in its initial state (`initial` permits, no author, sequence 0). Used by
+    /// the loom models; the file is initialised in place by [`SemHead::init`].
+    #[cfg(cxc_loom)]
+    pub(crate) fn new(initial: u32) -> Self {
+        SemHead {
+            count: AtomicU64::new(super::word::CountWord::new(initial, false, None, 0).0),
+            wake: AtomicU32::new(0),
+            _reserved0: AtomicU32::new(0),
+            _reserved1: std::array::from_fn(|_| AtomicU64::new(0)),
+            counters: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Initialises a zero-filled head in a file being created.
+    #[cfg(not(cxc_loom))]
+    pub(crate) fn init(&self, initial: u32) {
+        use crate::primitive::Ordering;
+        // Published by the file layer's init-state Release store.
+        self.count.store(
+            super::word::CountWord::new(initial, false, None, 0).0,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl HolderSlot {
+    /// A free slot (loom models build the table on the heap).
+    #[cfg(cxc_loom)]
+    pub(crate) fn new() -> Self {
+        HolderSlot {
+            owner: AtomicU64::new(0),
+            book: AtomicU64::new(0),
+            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! `SharedSemaphore`: a counting semaphore in one mapped file, with crash recovery.
+//!
+//! - `word`: bit layouts of the count, book and owner words.
+//! - `layout`: the on-file head block and holder slots.
+//! - `raw`: the protocol: count-word transitions with helping.
+//! - `table`: the holder table: registration, takeover of dead holders, drain, free.
+//! - `wake`: the sleepers flag and the sleep/wake handshake.
+//! - `pid`: this process's identity, re-read after `fork`.
+//! - `handle`: the public type and its file; `holder`: its holder slot and reclaim;
+//!   `ops`: acquire, release, [`Permit`]; `stats`: counters and table snapshot.
+//!
+//! # State
+//!
+//! The pool is one 64-bit *count word* `(avail, op, author, seq)`; each process that
+//! acquires gets a *holder slot* with a *book* word `(held, applied)`. A transition
+//! (acquire, release, reclaim step) is one CAS on the count word naming its author; the
+//! author's book is updated afterwards by the author or by whoever touches the count
+//! word next ("helping"), so a process killed between the two steps loses nothing.
+//!
+//! | count word                     | meaning                                          |
+//! |--------------------------------|--------------------------------------------------|
+//! | `author = 0`                   | no bookkeeping outstanding                       |
+//! | `author = a`, `applied(a) = seq` | `a`'s change is recorded in its book           |
+//! | `author = a`, `applied(a) ≠ seq` | `a`'s change is pending: the next CAS'er helps |
+//!
+//! The full protocol and its correctness argument: `docs/shared-semaphore.md`.
+#![cfg_attr(cxc_loom, allow(dead_code))]
+
+mod error;
+mod layout;
+mod raw;
+mod table;
+mod wake;
+mod word;
+
+#[cfg(cxc_loom)]
+mod model;
+
+#[cfg(not(cxc_loom))]
+mod handle;
+#[cfg(not(cxc_loom))]
+mod holder;
+#[cfg(not(cxc_loom))]
+mod ops;
+#[cfg(not(cxc_loom))]
+mod pid;
+#[cfg(not(cxc_loom))]
+mod stats;
+
+#[cfg(all(test, cxc_loom))]
+mod loom_tests;
+
+pub use error::{SemaphoreError, SemaphoreOptions};
+#[cfg(not(cxc_loom))]
+pub use handle::SharedSemaphore;
+#[cfg(not(cxc_loom))]
+pub use ops::Permit;
+#[cfg(not(cxc_loom))]
+pub use stats::{HolderInfo, SemaphoreStats};

@@ -1,0 +1,147 @@
+//! Acquire, release and the RAII [`Permit`].
+
+use std::time::{Duration, Instant};
+
+use super::handle::SharedSemaphore;
+use super::layout::ctr;
+
+/// Spins (re-reading the count) before the first sleep.
+const SPIN_LIMIT: u32 = 100;
+/// A blocked acquirer looks for dead holders this often.
+pub(crate) const RECLAIM_EVERY: Duration = Duration::from_millis(20);
+
+/// One permit of a [`SharedSemaphore`]; dropping it releases the permit.
+///
+/// To hand a permit across an API boundary inside one process, `mem::forget` it and
+/// call [`SharedSemaphore::release`] later. To hand it to another process, use
+/// [`Permit::disown`] first (see `docs/shared-semaphore.md`, pitfalls).
+#[must_use = "dropping a permit releases it at once"]
+pub struct Permit<'a> {
+    sem: &'a SharedSemaphore,
+}
+
+impl<'a> Permit<'a> {
+    /// The semaphore this permit belongs to.
+    pub fn semaphore(&self) -> &'a SharedSemaphore {
+        self.sem
+    }
+
+    /// Forgets the permit and stops counting it as held by this process, so it is not
+    /// returned if this process dies: whoever it is handed to (e.g. another process)
+    /// must call [`SharedSemaphore::release`] for it.
+    pub fn disown(self) {
+        let sem = self.sem;
+        std::mem::forget(self);
+        if let Some(h) = sem.holder() {
+            sem.raw().disown(h);
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        // Cannot fail for a permit acquired from this semaphore; a `false` here means
+        // someone released more than they acquired, which `release` already refused.
+        let _ = self.sem.release();
+    }
+}
+
+impl std::fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("semaphore", &self.sem.path())
+            .finish()
+    }
+}
+
+impl SharedSemaphore {
+    /// Takes a permit if one is available, without blocking.
+    #[inline]
+    pub fn try_acquire(&self) -> Option<Permit<'_>> {
+        let holder = self.holder();
+        self.raw().try_acquire(holder).then(|| Permit { sem: self })
+    }
+
+    /// Takes a permit, blocking until one is available. While blocked, the caller
+    /// sleeps in the kernel and, every 20 ms, returns the permits of dead holders.
+    pub fn acquire(&self) -> Permit<'_> {
+        if let Some(p) = self.try_acquire() {
+            return p;
+        }
+        while !self.acquire_slow(None) {}
+        Permit { sem: self }
+    }
+
+    /// Takes a permit, blocking at most `timeout`; `None` if none became available.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Option<Permit<'_>> {
+        if let Some(p) = self.try_acquire() {
+            return Some(p);
+        }
+        // A timeout too large to add to `now` waits forever.
+        let deadline = Instant::now().checked_add(timeout);
+        self.acquire_slow(deadline).then(|| Permit { sem: self })
+    }
+
+    /// Returns one permit (after `mem::forget` of a [`Permit`]). Returns `false`, and
+    /// changes nothing, if the pool already has `max_permits` available: the count
+    /// never exceeds `max_permits` and never wraps.
+    #[inline]
+    pub fn release(&self) -> bool {
+        let holder = self.holder();
+        let raw = self.raw();
+        if !raw.release(holder) {
+            raw.bump(ctr::OVERFLOW_REJECTED);
+            return false;
+        }
+        if raw.has_sleepers() {
+            self.wake_slow();
+        }
+        true
+    }
+
+    #[cold]
+    fn wake_slow(&self) {
+        self.raw().wake_sleepers(1);
+    }
+
+    /// The blocking path: a short spin, then sleep on the wake word, re-checking after
+    /// every wake-up and reclaiming dead holders' permits every [`RECLAIM_EVERY`].
+    #[cold]
+    fn acquire_slow(&self, deadline: Option<Instant>) -> bool {
+        let holder = self.holder();
+        let raw = self.raw();
+        raw.bump(ctr::CONTENDED);
+        for _ in 0..SPIN_LIMIT {
+            if raw.available() > 0 && raw.try_acquire(holder) {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let mut next_reclaim = Instant::now() + RECLAIM_EVERY;
+        loop {
+            let seen = raw.announce_sleeper();
+            if raw.recheck() > 0 && raw.try_acquire(holder) {
+                raw.pass_on();
+                return true;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                raw.bump(ctr::TIMEOUTS);
+                raw.pass_on();
+                return false;
+            }
+            if now >= next_reclaim {
+                next_reclaim = now + RECLAIM_EVERY;
+                if self.reclaim_scan(true) > 0 {
+                    continue;
+                }
+            }
+            let mut sleep = next_reclaim.saturating_duration_since(now);
+            if let Some(d) = deadline {
+                sleep = sleep.min(d.saturating_duration_since(now));
+            }
+            raw.bump(ctr::SLEEPS);
+            crate::futex::wait(&self.map.head().wake, seen, sleep);
+        }
+    }
+}

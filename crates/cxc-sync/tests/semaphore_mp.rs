@@ -1,0 +1,430 @@
+//! SharedSemaphore across real processes: crash recovery after SIGKILL, the permit cap
+//! under contention, and kernel sleep of blocked acquirers.
+//!
+//! Each test re-executes this test binary (`--exact <test>`) with `CXC_ROLE` set; the
+//! test function runs the child's role when the variable is present.
+#![cfg(not(cxc_loom))]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, TypeFingerprint};
+use cxc_sync::SharedSemaphore;
+
+const ROLE: &str = "CXC_ROLE";
+const SEM: &str = "CXC_SEM";
+const AUX: &str = "CXC_AUX";
+const ARG: &str = "CXC_ARG";
+const OUT: &str = "CXC_OUT";
+
+fn role() -> Option<String> {
+    std::env::var(ROLE).ok()
+}
+
+fn env_path(name: &str) -> PathBuf {
+    PathBuf::from(std::env::var_os(name).expect("set by the parent"))
+}
+
+fn env_arg() -> u64 {
+    std::env::var(ARG)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A child process and the file it reports on (not stdout: the test harness may
+/// capture that).
+struct Kid {
+    child: Child,
+    out: PathBuf,
+}
+
+static KIDS: AtomicU64 = AtomicU64::new(0);
+
+/// Starts this binary running only `test` in role `role`.
+fn spawn(test: &str, role: &str, sem: &Path, aux: Option<&Path>, arg: u64) -> Kid {
+    let out = sem.with_extension(format!("out{}", KIDS.fetch_add(1, Ordering::Relaxed)));
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("RUST_TEST_NOCAPTURE", "1")
+        .env(ROLE, role)
+        .env(SEM, sem)
+        .env(ARG, arg.to_string())
+        .env(OUT, &out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(aux) = aux {
+        cmd.env(AUX, aux);
+    }
+    Kid {
+        child: cmd.spawn().unwrap(),
+        out,
+    }
+}
+
+/// Child side: appends a line to the report file.
+fn report(line: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(env_path(OUT))
+        .unwrap();
+    writeln!(f, "{line}").unwrap();
+}
+
+/// Waits (bounded) for the child to report a line starting with `tag`; returns it.
+fn wait_for_line(kid: &mut Kid, tag: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&kid.out) {
+            if let Some(l) = text.lines().find(|l| l.starts_with(tag)) {
+                return l.to_string();
+            }
+        }
+        if let Some(status) = kid.child.try_wait().unwrap() {
+            panic!("child exited ({status}) before reporting {tag}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "child never reported {tag}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn kill(kid: &mut Kid) {
+    kid.child.kill().unwrap(); // SIGKILL
+    kid.child.wait().unwrap();
+}
+
+/// Child role: take `CXC_ARG` permits, keep them, announce, and wait to be killed.
+fn hold_and_wait() {
+    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
+    for _ in 0..env_arg() {
+        std::mem::forget(sem.acquire());
+    }
+    report("READY");
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn killed_holder_unblocks_waiter() {
+    if role().is_some() {
+        return hold_and_wait();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sem");
+    let sem = SharedSemaphore::create(&path, 2, 2).unwrap();
+    let mut child = spawn("killed_holder_unblocks_waiter", "hold", &path, None, 2);
+    wait_for_line(&mut child, "READY");
+    assert_eq!(sem.available(), 0);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let t0 = Instant::now();
+            let got = sem.acquire_timeout(Duration::from_secs(5)).is_some();
+            (got, t0.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        kill(&mut child);
+        let (got, waited) = waiter.join().unwrap();
+        assert!(got, "blocked acquirer never got the dead child's permit");
+        assert!(
+            waited < Duration::from_secs(2),
+            "took {waited:?} to reclaim a dead holder's permits"
+        );
+    });
+    // The waiter's permit was dropped; the dead child's other permit was returned too.
+    assert_eq!(sem.available(), 2);
+    assert!(sem.stats().reclaimed_permits >= 2);
+}
+
+#[test]
+fn reclaim_dead_returns_exactly_the_dead_childs_permits() {
+    if role().is_some() {
+        return hold_and_wait();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sem");
+    let sem = SharedSemaphore::create(&path, 6, 6).unwrap();
+    let mine = sem.acquire();
+    let k = 3;
+    let mut child = spawn(
+        "reclaim_dead_returns_exactly_the_dead_childs_permits",
+        "hold",
+        &path,
+        None,
+        k,
+    );
+    wait_for_line(&mut child, "READY");
+    assert_eq!(sem.available(), 2);
+    assert_eq!(sem.reclaim_dead(), 0, "reclaimed from a live process");
+    kill(&mut child);
+    assert_eq!(sem.reclaim_dead(), k as u32);
+    assert_eq!(sem.available(), 5);
+    assert_eq!(sem.reclaim_dead(), 0, "reclaimed twice");
+    // Only this process's slot is left, holding the parent's permit.
+    let holders = sem.holders();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].pid, std::process::id());
+    assert_eq!(holders[0].held, 1);
+    drop(mine);
+    assert_eq!(sem.available(), 6);
+}
+
+/// A small shared counter file, independent of the semaphore: `[in_use, peak, ...]`.
+fn aux_layout() -> Layout {
+    Layout {
+        kind: Kind::Test,
+        head_size: 64,
+        slot_size: 0,
+        capacity: 0,
+        payload: TypeFingerprint::NONE,
+        params: [0; 4],
+    }
+}
+
+fn open_aux(path: &Path) -> Mapped<[AtomicU64; 8]> {
+    let expect = Expect {
+        kind: Kind::Test,
+        head_size: 64,
+        slot_size: 0,
+        capacity: Some(0),
+        max_capacity: 0,
+        payload: TypeFingerprint::NONE,
+        check_params: &|_| Ok(()),
+    };
+    Mapped::open(path, &expect).unwrap()
+}
+
+const IN_USE: usize = 0;
+const PEAK: usize = 1;
+const CYCLES: usize = 2;
+
+/// Child role: `CXC_ARG` acquire/release cycles, counting permits in use in the aux file.
+fn cycle_worker() {
+    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
+    let aux = open_aux(&env_path(AUX));
+    let c = aux.head();
+    for i in 0..env_arg() {
+        let _p = sem.acquire();
+        let n = c[IN_USE].fetch_add(1, Ordering::SeqCst) + 1;
+        c[PEAK].fetch_max(n, Ordering::SeqCst);
+        for _ in 0..(i % 64) {
+            std::hint::spin_loop();
+        }
+        if i % 256 == 0 {
+            std::thread::yield_now();
+        }
+        c[IN_USE].fetch_sub(1, Ordering::SeqCst);
+        c[CYCLES].fetch_add(1, Ordering::Relaxed);
+    }
+    report("DONE");
+}
+
+#[test]
+fn four_processes_never_exceed_the_cap() {
+    if role().is_some() {
+        return cycle_worker();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sem");
+    let aux_path = dir.path().join("aux");
+    let max = 2;
+    let sem = SharedSemaphore::create(&path, max, max).unwrap();
+    let aux: Mapped<[AtomicU64; 8]> = Mapped::create(
+        &aux_path,
+        aux_layout(),
+        &CreateOptions::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    let cycles = 20_000;
+    let mut kids: Vec<Kid> = (0..4)
+        .map(|_| {
+            spawn(
+                "four_processes_never_exceed_the_cap",
+                "cycle",
+                &path,
+                Some(&aux_path),
+                cycles,
+            )
+        })
+        .collect();
+    for k in &mut kids {
+        wait_for_line(k, "DONE");
+        assert!(k.child.wait().unwrap().success());
+    }
+    let c = aux.head();
+    assert_eq!(c[CYCLES].load(Ordering::SeqCst), 4 * cycles);
+    let peak = c[PEAK].load(Ordering::SeqCst);
+    assert!(
+        peak <= u64::from(max),
+        "{peak} permits in use at once, cap {max}"
+    );
+    assert_eq!(c[IN_USE].load(Ordering::SeqCst), 0);
+    assert_eq!(sem.available(), max);
+    assert_eq!(sem.holders().iter().map(|h| h.held).sum::<u32>(), 0);
+}
+
+/// Child role: loop acquire/release forever (until SIGKILLed).
+fn churn_forever() {
+    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
+    report("READY");
+    let mut i = 0u64;
+    loop {
+        let p = sem.acquire();
+        i += 1;
+        if i % 3 == 0 {
+            // Sometimes hold two.
+            let q = sem.try_acquire();
+            drop(q);
+        }
+        drop(p);
+    }
+}
+
+/// Workers are SIGKILLed at arbitrary points of their acquire/release loops, again and
+/// again; once all are dead and reclaimed, every permit is back.
+#[test]
+fn sigkill_storm_conserves_permits() {
+    if role().is_some() {
+        return churn_forever();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sem");
+    // Four workers contend for two permits, so kills also land in blocked acquirers
+    // and in their reclaim of dead holders.
+    let max = 2;
+    let sem = SharedSemaphore::create(&path, max, max).unwrap();
+    let spawn_one = || spawn("sigkill_storm_conserves_permits", "churn", &path, None, 0);
+    let mut kids: Vec<Kid> = (0..4).map(|_| spawn_one()).collect();
+    for k in &mut kids {
+        wait_for_line(k, "READY");
+    }
+    for round in 0..30u64 {
+        std::thread::sleep(Duration::from_millis(5 + (round * 7) % 30));
+        let victim = (round % 4) as usize;
+        kill(&mut kids[victim]);
+        kids[victim] = spawn_one();
+        wait_for_line(&mut kids[victim], "READY");
+        assert!(sem.available() <= max);
+    }
+    for k in &mut kids {
+        kill(k);
+    }
+    sem.reclaim_dead();
+    assert_eq!(
+        sem.available(),
+        max,
+        "permits lost or duplicated by a crash"
+    );
+    assert!(sem.holders().is_empty(), "dead holders' slots not freed");
+    // Every permit can be taken again, and no more.
+    let ps: Vec<_> = (0..max).map(|_| sem.try_acquire().unwrap()).collect();
+    assert!(sem.try_acquire().is_none());
+    drop(ps);
+}
+
+fn process_cpu() -> Duration {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Child role: block in `acquire` and report the CPU time it burned.
+fn blocked_waiter() {
+    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
+    report("READY");
+    let (cpu0, t0) = (process_cpu(), Instant::now());
+    let p = sem.acquire();
+    let (cpu, waited) = (process_cpu() - cpu0, t0.elapsed());
+    drop(p);
+    report(&format!(
+        "RESULT {} {}",
+        cpu.as_micros(),
+        waited.as_micros()
+    ));
+}
+
+#[test]
+fn blocked_acquirer_sleeps_in_the_kernel() {
+    if role().is_some() {
+        return blocked_waiter();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sem");
+    let sem = SharedSemaphore::create(&path, 1, 1).unwrap();
+    let held = sem.acquire();
+    let mut child = spawn(
+        "blocked_acquirer_sleeps_in_the_kernel",
+        "wait",
+        &path,
+        None,
+        0,
+    );
+    wait_for_line(&mut child, "READY");
+    // Wait until the child is actually blocked, then keep it blocked for a second.
+    let t0 = Instant::now();
+    while sem.stats().sleeps == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "child never blocked");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    drop(held);
+    let line = wait_for_line(&mut child, "RESULT");
+    assert!(child.child.wait().unwrap().success());
+    let mut f = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse::<u64>().unwrap());
+    let (cpu_us, waited_us) = (f.next().unwrap(), f.next().unwrap());
+    assert!(waited_us >= 900_000, "child waited only {waited_us} µs");
+    assert!(
+        cpu_us < 50_000,
+        "blocked acquirer burned {cpu_us} µs of CPU in {waited_us} µs"
+    );
+    eprintln!("blocked acquirer: {cpu_us} µs CPU over {waited_us} µs");
+    assert_eq!(sem.available(), 1);
+}
+
+/// Child role: find the one-slot table taken by the live parent; still work, untracked.
+fn untracked_worker() {
+    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
+    let full = matches!(
+        sem.register(),
+        Err(cxc_sync::SemaphoreError::TableFull { capacity: 1 })
+    );
+    let p = sem.acquire();
+    let took = sem.available() == 0;
+    drop(p);
+    report(&format!("RESULT {full} {took}"));
+}
+
+#[test]
+fn full_holder_table_runs_untracked() {
+    if role().is_some() {
+        return untracked_worker();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sem");
+    let opts = cxc_sync::SemaphoreOptions::default().holders(1);
+    let sem = SharedSemaphore::create_with(&path, 1, 1, &opts).unwrap();
+    sem.register().unwrap();
+    let mut kid = spawn(
+        "full_holder_table_runs_untracked",
+        "untracked",
+        &path,
+        None,
+        0,
+    );
+    let line = wait_for_line(&mut kid, "RESULT");
+    assert!(kid.child.wait().unwrap().success());
+    assert_eq!(line, "RESULT true true");
+    assert_eq!(sem.available(), 1);
+    assert_eq!(sem.holders().len(), 1);
+    assert_eq!(sem.stats().untracked, 1);
+}
