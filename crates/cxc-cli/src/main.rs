@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod create;
+mod demo;
 mod duration;
 mod inspect;
 mod lease_run;
@@ -60,6 +61,12 @@ enum Command {
         #[command(subcommand)]
         what: LeaseCmd,
     },
+    /// A self-contained failover scenario on real processes (coordinators, workers,
+    /// a lease, a heartbeat table, a semaphore); exits 0 only if every invariant held.
+    Demo(demo::Demo),
+    /// Internal: a demo child process.
+    #[command(name = "__demo-role", hide = true)]
+    DemoRole(demo::Role),
 }
 
 #[derive(Subcommand, Debug)]
@@ -106,6 +113,8 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Lease {
             what: LeaseCmd::Run(args),
         } => lease_run::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::DemoRole(r) => demo::run_role(r),
     }
 }
 
