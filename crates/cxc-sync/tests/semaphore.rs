@@ -318,13 +318,13 @@ fn forge(path: &std::path::Path, params: [u64; 4], avail: u64) {
     use std::sync::atomic::AtomicU64;
     let layout = cxc_mmf::Layout {
         kind: cxc_mmf::Kind::Semaphore,
-        head_size: 192,
+        head_size: 2880,
         slot_size: 64,
         capacity: 4,
         payload: cxc_mmf::TypeFingerprint::NONE,
         params,
     };
-    cxc_mmf::Mapped::<[AtomicU64; 24], [AtomicU64; 8]>::create(
+    cxc_mmf::Mapped::<[AtomicU64; 360], [AtomicU64; 8]>::create(
         path,
         layout,
         &cxc_mmf::CreateOptions::default(),

@@ -88,3 +88,25 @@ fn boxed_heartbeat_records_register_scan_reclaim_fenced_beat() {
         .unwrap();
     assert_eq!(reclaim.arg, 1 << 5);
 }
+
+#[test]
+fn boxed_semaphore_records_contention_timeout_overflow() {
+    let d = tempfile::tempdir().unwrap();
+    static SC: Sidecar = Sidecar::new();
+    let sem = SidecarBox::new_in(
+        &SC,
+        cxc_sync::SharedSemaphore::create(d.path().join("s"), 1, 1).unwrap(),
+        None,
+    );
+    let p = sem.try_acquire().unwrap();
+    assert!(sem.acquire_timeout(Duration::from_millis(5)).is_none());
+    drop(p);
+    assert!(!sem.release(), "at max");
+    let seen = ops(sem.ring());
+    assert_eq!(
+        seen,
+        vec![OpCode::SemTimeout, OpCode::SemOverflowRejected],
+        "{seen:?}"
+    );
+    assert!(sem.counters().contains(&("timeouts", 1)));
+}

@@ -45,6 +45,8 @@ pub struct SharedSemaphore {
     /// This process is in another pid namespace than the file's creator: pids in the
     /// table cannot be checked here, so it neither registers nor reclaims.
     pub(super) foreign: bool,
+    /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
+    pub(super) observed: std::sync::atomic::AtomicBool,
 }
 
 fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
@@ -201,7 +203,26 @@ impl SharedSemaphore {
             max,
             holder: AtomicU64::new(0),
             foreign: file_ns != 0 && my_ns != 0 && file_ns != my_ns,
+            observed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Records an observation if a `SidecarBox` observes this handle.
+    #[inline]
+    pub(super) fn note(&self, op: cxc_sidecar::OpCode, flags: u16, arg: u64) {
+        if self.observed.load(std::sync::atomic::Ordering::Relaxed) {
+            self.map.head().ring.record(op, flags, arg);
+        }
+    }
+
+    /// The shared strategy and its generation.
+    pub fn strategy(&self) -> (cxc_sidecar::Strategy, u32) {
+        self.map.head().handshake.current()
+    }
+
+    /// The observations still in the file's ring, oldest first.
+    pub fn recent_observations(&self) -> Vec<cxc_sidecar::Observation> {
+        self.map.head().ring.snapshot()
     }
 
     /// The protocol view of this file.
@@ -258,5 +279,32 @@ impl std::fmt::Debug for SharedSemaphore {
             .field("available", &self.available())
             .field("max_permits", &self.max)
             .finish()
+    }
+}
+
+impl cxc_sidecar::AdaptiveInstance for SharedSemaphore {
+    fn kind(&self) -> cxc_mmf::Kind {
+        cxc_mmf::Kind::Semaphore
+    }
+
+    fn name(&self) -> String {
+        self.map.path().display().to_string()
+    }
+
+    fn ring(&self) -> &cxc_sidecar::ObservationRing {
+        &self.map.head().ring
+    }
+
+    fn handshake(&self) -> &cxc_sidecar::HandshakeHeader {
+        &self.map.head().handshake
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        cxc_sidecar::counter_values(&super::layout::ctr::NAMES, &self.map.head().counters)
+    }
+
+    fn set_observed(&self, observed: bool) {
+        self.observed
+            .store(observed, std::sync::atomic::Ordering::Relaxed);
     }
 }

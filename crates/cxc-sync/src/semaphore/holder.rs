@@ -104,7 +104,16 @@ impl SharedSemaphore {
     /// permits returned to the pool. Does nothing in a process whose pid namespace is
     /// not the creator's (it cannot tell which pids are alive).
     pub fn reclaim_dead(&self) -> u32 {
-        self.reclaim_scan(false)
+        self.reclaim_noted(false)
+    }
+
+    /// [`reclaim_scan`](Self::reclaim_scan), recording what it returned.
+    pub(super) fn reclaim_noted(&self, only_holding: bool) -> u32 {
+        let n = self.reclaim_scan(only_holding);
+        if n > 0 {
+            self.note(cxc_sidecar::OpCode::SemReclaim, 0, u64::from(n));
+        }
+        n
     }
 
     /// The reclaim scan; `only_holding` skips dead holders that hold nothing (the

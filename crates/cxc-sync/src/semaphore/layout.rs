@@ -28,6 +28,10 @@ pub(crate) struct SemHead {
     _reserved1: [AtomicU64; 6],
     /// Cumulative event counters, incremented on slow paths only (indices in [`ctr`]).
     pub(crate) counters: [AtomicU64; 16],
+    /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
+    pub(crate) handshake: cxc_sidecar::HandshakeHeader,
+    /// Recent transitions, recorded while a `SidecarBox` observes a handle.
+    pub(crate) ring: cxc_sidecar::ObservationRing,
 }
 
 /// One entry of the holder table: which process it belongs to and what it holds.
@@ -41,7 +45,7 @@ pub(crate) struct HolderSlot {
 }
 
 /// Size of [`SemHead`] in the file.
-pub(crate) const HEAD_SIZE: u32 = 192;
+pub(crate) const HEAD_SIZE: u32 = 2880;
 /// Size of one [`HolderSlot`] in the file.
 pub(crate) const SLOT_SIZE: u32 = 64;
 
@@ -89,6 +93,20 @@ pub(crate) mod ctr {
     /// Held counts dropped by reclaim because the pool was already full (permits handed
     /// to another process and released there).
     pub(crate) const OVER_HELD: usize = 10;
+    /// Names of the counters in use, by index.
+    pub(crate) const NAMES: [&str; 11] = [
+        "contended",
+        "sleeps",
+        "timeouts",
+        "wakes",
+        "overflow_rejected",
+        "reclaimed_permits",
+        "reclaimed_holders",
+        "registered",
+        "untracked",
+        "reclaim_scans",
+        "over_held",
+    ];
 }
 
 impl SemHead {
@@ -102,6 +120,8 @@ impl SemHead {
             _reserved0: AtomicU32::new(0),
             _reserved1: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
+            handshake: cxc_sidecar::HandshakeHeader::new(),
+            ring: cxc_sidecar::ObservationRing::new(),
         }
     }
 

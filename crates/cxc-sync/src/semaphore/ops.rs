@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::handle::SharedSemaphore;
 use super::layout::ctr;
+use cxc_sidecar::{OpCode, flags};
 
 /// Spins (re-reading the count) before the first sleep.
 const SPIN_LIMIT: u32 = 100;
@@ -91,6 +92,7 @@ impl SharedSemaphore {
         let raw = self.raw();
         if !raw.release(holder) {
             raw.bump(ctr::OVERFLOW_REJECTED);
+            self.note(OpCode::SemOverflowRejected, 0, 1);
             return false;
         }
         if raw.has_sleepers() {
@@ -111,8 +113,25 @@ impl SharedSemaphore {
         let holder = self.holder();
         let raw = self.raw();
         raw.bump(ctr::CONTENDED);
-        for _ in 0..SPIN_LIMIT {
+        let started = Instant::now();
+        // Spin first: the shared strategy's budget (a time), or the default iterations.
+        let budget = self.map.head().handshake.spin_budget();
+        let mut spins = 0u32;
+        loop {
+            let keep_spinning = match budget {
+                None => spins < SPIN_LIMIT,
+                Some(b) => spins % 16 != 0 || started.elapsed() < b,
+            };
+            if !keep_spinning {
+                break;
+            }
+            spins += 1;
             if raw.available() > 0 && raw.try_acquire(holder) {
+                self.note(
+                    OpCode::SemContended,
+                    flags::WAIT_SPUN,
+                    started.elapsed().as_nanos() as u64,
+                );
                 return true;
             }
             std::hint::spin_loop();
@@ -122,17 +141,27 @@ impl SharedSemaphore {
             let seen = raw.announce_sleeper();
             if raw.recheck() > 0 && raw.try_acquire(holder) {
                 raw.pass_on();
+                self.note(
+                    OpCode::SemContended,
+                    flags::WAIT_PARKED,
+                    started.elapsed().as_nanos() as u64,
+                );
                 return true;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 raw.bump(ctr::TIMEOUTS);
                 raw.pass_on();
+                self.note(
+                    OpCode::SemTimeout,
+                    flags::WAIT_PARKED | flags::WAIT_TIMED_OUT,
+                    started.elapsed().as_nanos() as u64,
+                );
                 return false;
             }
             if now >= next_reclaim {
                 next_reclaim = now + RECLAIM_EVERY;
-                if self.reclaim_scan(true) > 0 {
+                if self.reclaim_noted(true) > 0 {
                     continue;
                 }
             }
