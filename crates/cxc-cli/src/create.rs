@@ -24,6 +24,20 @@ pub(crate) enum CreateKind {
         #[arg(long, default_value = "600", value_parser = parse_mode)]
         mode: u32,
     },
+    /// A SharedSemaphore file.
+    Sem {
+        /// The new file.
+        path: PathBuf,
+        /// Maximum permits.
+        #[arg(long)]
+        permits: u32,
+        /// Permits available at first (default: all).
+        #[arg(long)]
+        initial: Option<u32>,
+        /// File permission bits, octal.
+        #[arg(long, default_value = "600", value_parser = parse_mode)]
+        mode: u32,
+    },
     /// A HeartbeatTable file.
     Heartbeat {
         /// The new file.
@@ -67,6 +81,17 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
             };
             OwnerLease::<u64>::create_with(&path, 0, &opts)?;
             println!("created lease {}", path.display());
+            Ok(())
+        }
+        CreateKind::Sem {
+            path,
+            permits,
+            initial,
+            mode,
+        } => {
+            let opts = cxc::SemaphoreOptions::default().mode(mode);
+            cxc::SharedSemaphore::create_with(&path, initial.unwrap_or(permits), permits, &opts)?;
+            println!("created semaphore {} ({permits} permits)", path.display());
             Ok(())
         }
         CreateKind::Heartbeat {

@@ -16,6 +16,10 @@ pub(crate) struct View {
     pub(crate) path: PathBuf,
     pub(crate) info: HeaderInfo,
     pub(crate) state: State,
+    /// The shared strategy and its generation.
+    pub(crate) strategy: (cxc::Strategy, u32),
+    /// Observations still in the file's ring, oldest first.
+    pub(crate) recent: Vec<cxc::Observation>,
 }
 
 /// The primitive-specific part of a [`View`].
@@ -23,6 +27,17 @@ pub(crate) struct View {
 pub(crate) enum State {
     Lease(cxc::LeaseStatus),
     Heartbeat(HeartbeatView),
+    Semaphore(SemaphoreView),
+}
+
+/// A semaphore's state.
+#[derive(Debug)]
+pub(crate) struct SemaphoreView {
+    pub(crate) available: u32,
+    pub(crate) max: u32,
+    pub(crate) holders: Vec<cxc::HolderInfo>,
+    pub(crate) holder_capacity: usize,
+    pub(crate) stats: cxc::SemaphoreStats,
 }
 
 /// A heartbeat table's state.
@@ -36,8 +51,7 @@ pub(crate) struct HeartbeatView {
     pub(crate) counters: Vec<(&'static str, u64)>,
 }
 
-fn heartbeat(path: &Path) -> Result<HeartbeatView, CliError> {
-    let t = cxc::HeartbeatTable::open_any(path)?;
+fn heartbeat(t: &cxc::HeartbeatTable) -> HeartbeatView {
     let slots = (0..t.capacity())
         .filter_map(|i| t.snapshot(i).map(|s| (i, s)))
         .filter(|(_, s)| s.pid != 0 || s.in_flight_bitmap != 0)
@@ -48,21 +62,48 @@ fn heartbeat(path: &Path) -> Result<HeartbeatView, CliError> {
         .filter(|(n, _)| !n.is_empty())
         .map(|(n, c)| (*n, c))
         .collect();
-    Ok(HeartbeatView {
+    HeartbeatView {
         capacity: t.capacity(),
         epoch: t.global_epoch(),
         epoch_mode: t.epoch_mode(),
         slots,
         counters,
-    })
+    }
 }
 
 /// Reads and validates `path`.
 pub(crate) fn load(path: &Path) -> Result<View, CliError> {
     let info = cxc::mmf::peek(path)?;
-    let state = match info.layout.kind {
-        Kind::Lease => State::Lease(cxc::lease::inspect(path)?),
-        Kind::Heartbeat => State::Heartbeat(heartbeat(path)?),
+    let (state, strategy, recent) = match info.layout.kind {
+        Kind::Lease => {
+            let mut l = cxc::lease::inspect(path)?;
+            let recent = std::mem::take(&mut l.recent);
+            let strategy = l.strategy;
+            (State::Lease(l), strategy, recent)
+        }
+        Kind::Heartbeat => {
+            let t = cxc::HeartbeatTable::open_any(path)?;
+            (
+                State::Heartbeat(heartbeat(&t)),
+                t.strategy(),
+                t.recent_observations(),
+            )
+        }
+        Kind::Semaphore => {
+            let s = cxc::SharedSemaphore::open(path)?;
+            let view = SemaphoreView {
+                available: s.available(),
+                max: s.max_permits(),
+                holders: s.holders(),
+                holder_capacity: s.holder_capacity(),
+                stats: s.stats(),
+            };
+            (
+                State::Semaphore(view),
+                s.strategy(),
+                s.recent_observations(),
+            )
+        }
         other => {
             return Err(CliError::usage(format!(
                 "{}: {other} files are not supported by this build",
@@ -74,6 +115,8 @@ pub(crate) fn load(path: &Path) -> Result<View, CliError> {
         path: path.to_path_buf(),
         info,
         state,
+        strategy,
+        recent,
     })
 }
 

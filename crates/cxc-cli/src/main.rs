@@ -11,6 +11,7 @@ mod duration;
 mod inspect;
 mod lease_run;
 mod render;
+mod sem_run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,12 +62,23 @@ enum Command {
         #[command(subcommand)]
         what: LeaseCmd,
     },
+    /// Run a command holding a semaphore permit (like GNU sem): at most N at once.
+    Sem {
+        #[command(subcommand)]
+        what: SemCmd,
+    },
     /// A self-contained failover scenario on real processes (coordinators, workers,
     /// a lease, a heartbeat table, a semaphore); exits 0 only if every invariant held.
     Demo(demo::Demo),
     /// Internal: a demo child process.
     #[command(name = "__demo-role", hide = true)]
     DemoRole(demo::Role),
+}
+
+#[derive(Subcommand, Debug)]
+enum SemCmd {
+    /// Take a permit of PATH (creating it with N permits if missing), run CMD, give it back.
+    Run(sem_run::SemRun),
 }
 
 #[derive(Subcommand, Debug)]
@@ -113,6 +125,9 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Lease {
             what: LeaseCmd::Run(args),
         } => lease_run::run(args),
+        Command::Sem {
+            what: SemCmd::Run(args),
+        } => sem_run::run(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoRole(r) => demo::run_role(r),
     }

@@ -96,6 +96,76 @@ pub(crate) fn text(v: &View) -> String {
                 h.counters.iter().map(|(n, c)| format!("{n}={c}")).collect();
             let _ = writeln!(s, "  counters:    {}", counters.join(" "));
         }
+        State::Semaphore(m) => {
+            let _ = writeln!(
+                s,
+                "  permits:     {}/{} available ({} in use)",
+                m.available,
+                m.max,
+                m.max - m.available.min(m.max)
+            );
+            let _ = writeln!(
+                s,
+                "  holders:     {} of {} slots",
+                m.holders.len(),
+                m.holder_capacity
+            );
+            for h in &m.holders {
+                let _ = writeln!(
+                    s,
+                    "    slot {:>3}  pid {:>8}  holds {}{}",
+                    h.slot,
+                    h.pid,
+                    h.held,
+                    if h.reclaiming {
+                        "  (being reclaimed)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            let st = &m.stats;
+            let _ = writeln!(
+                s,
+                "  counters:    contended={} sleeps={} timeouts={} wakes={} overflow_rejected={} reclaimed_permits={} reclaimed_holders={}",
+                st.contended,
+                st.sleeps,
+                st.timeouts,
+                st.wakes,
+                st.overflow_rejected,
+                st.reclaimed_permits,
+                st.reclaimed_holders
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  strategy:    {:?} (generation {})",
+        v.strategy.0, v.strategy.1
+    );
+    if v.recent.is_empty() {
+        let _ = writeln!(
+            s,
+            "  recent:      none recorded (observations are recorded while a SidecarBox observes a handle)"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  recent:      last {} observations",
+            v.recent.len().min(10)
+        );
+        let now = cxc::sidecar::monotonic_ns();
+        for o in v.recent.iter().rev().take(10).rev() {
+            let _ = writeln!(
+                s,
+                "    -{:>9.3}s  pid {:>8}  {:<26} flags {:#06x}  arg {}",
+                now.saturating_sub(o.timestamp_ns) as f64 / 1e9,
+                o.pid,
+                o.op.name(),
+                o.flags,
+                o.arg
+            );
+        }
     }
     s
 }
@@ -135,8 +205,45 @@ pub(crate) fn json(v: &View) -> Value {
             "counters": h.counters.iter().map(|(n, c)| (n.to_string(), json!(c)))
                 .collect::<serde_json::Map<_, _>>(),
         }),
+        State::Semaphore(m) => json!({
+            "available": m.available,
+            "max_permits": m.max,
+            "holder_capacity": m.holder_capacity,
+            "holders": m.holders.iter().map(|h| json!({
+                "slot": h.slot, "pid": h.pid, "held": h.held, "reclaiming": h.reclaiming,
+            })).collect::<Vec<_>>(),
+            "counters": {
+                "contended": m.stats.contended,
+                "sleeps": m.stats.sleeps,
+                "timeouts": m.stats.timeouts,
+                "wakes": m.stats.wakes,
+                "overflow_rejected": m.stats.overflow_rejected,
+                "reclaimed_permits": m.stats.reclaimed_permits,
+                "reclaimed_holders": m.stats.reclaimed_holders,
+                "registered": m.stats.registered,
+                "untracked": m.stats.untracked,
+                "reclaim_scans": m.stats.reclaim_scans,
+            },
+        }),
     };
+    let recent: Vec<Value> = v
+        .recent
+        .iter()
+        .map(|o| {
+            json!({
+                "ticket": o.ticket,
+                "timestamp_ns": o.timestamp_ns,
+                "pid": o.pid,
+                "op": o.op.name(),
+                "flags": o.flags,
+                "arg": o.arg,
+            })
+        })
+        .collect();
     json!({
+        "strategy": format!("{:?}", v.strategy.0),
+        "strategy_generation": v.strategy.1,
+        "recent": recent,
         "path": v.path.display().to_string(),
         "kind": v.info.layout.kind.name(),
         "creator_pid": v.info.creator_pid,

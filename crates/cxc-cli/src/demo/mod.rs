@@ -327,6 +327,18 @@ fn summary(
         println!("  [{}] {text}", if good { " ok " } else { "FAIL" });
         ok &= good;
     };
+    let listing: Vec<String> = (0..units)
+        .map(|u| {
+            let n = board.unit(u, board::UNIT_DONE).load(Ordering::Acquire);
+            let starts = board.unit(u, board::UNIT_STARTS).load(Ordering::Acquire);
+            match (n, starts) {
+                (0, _) => format!("{u}:MISSING"),
+                (_, s) if s > 1 => format!("{u}:done(redone)"),
+                _ => format!("{u}:done"),
+            }
+        })
+        .collect();
+    println!("  units: {}", listing.join(" "));
     check(
         missing.is_empty(),
         format!(
