@@ -18,14 +18,19 @@ use super::state::{
     ClaimReason, Granted, ID_MASK, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WRITE_BIT,
     counter, pid_of,
 };
+use super::watch::DeathWatcher;
 use crate::epoch::{EpochClock, EpochMode};
 use crate::liveness::{Liveness, PidWatch};
 use crate::primitive::{Ordering, fence};
 
 /// Size of the lease's fixed block in the file.
 const HEAD_SIZE: u32 = size_of::<LeaseState>() as u32;
-/// How often a blocked `acquire` re-checks staleness and owner death while asleep.
-const BLOCKED_POLL: Duration = Duration::from_millis(1);
+/// How often a blocked `acquire` re-checks staleness and holder death while asleep, when
+/// no death watcher covers the holder (no recorded identity: heartbeat path).
+const BLOCKED_POLL: Duration = Duration::from_millis(2);
+/// The re-check interval while a death watcher covers the holder (its death wakes us at
+/// once; this only bounds how late a stale heartbeat is noticed).
+const WATCHED_POLL: Duration = Duration::from_millis(25);
 /// Claim attempts spent spinning before a blocked `acquire` sleeps in the kernel.
 const SPIN_BEFORE_PARK: u32 = 64;
 
@@ -437,11 +442,21 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// release; while asleep it re-checks every millisecond for a stale heartbeat or a
     /// dead holder (one `poll` on a pidfd), so a crashed holder is replaced promptly.
     pub fn acquire(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
-        if let Some(c) = self.try_claim(my_pid, grace) {
-            return Some(c);
-        }
         if my_pid == 0 {
             return None;
+        }
+        // First attempt without an OS check: the slow path checks holder death cheaply.
+        let first = self.state().try_claim(
+            self.policy(),
+            my_pid,
+            grace,
+            self.now(),
+            |_: &LeaseState, _| Liveness::Unknown,
+            false,
+        );
+        if let Some(g) = first {
+            self.note_grant(&g);
+            return Some(self.state().claim_for(g.word, g.torn));
         }
         self.acquire_slow(my_pid, grace, timeout)
     }
@@ -451,12 +466,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let st = self.state();
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
-        let mut watch = PidWatch::new();
-        let mut judge = |s: &LeaseState, w: u64| match s.holder_start(w) {
-            Some(start) => watch.liveness(pid_of(w), start),
-            None => Liveness::Unknown,
-        };
-        // Spin first: the shared strategy's budget (a time), or the default iterations.
+        // Spin first, without OS checks: the shared strategy's budget (a time), or the
+        // default number of attempts.
         let budget = st.handshake.spin_budget();
         let mut spins = 0u32;
         loop {
@@ -469,9 +480,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             }
             spins += 1;
             std::hint::spin_loop();
-            if let Some(g) =
-                st.try_claim(self.policy(), my_pid, grace, self.now(), &mut judge, false)
-            {
+            let got = st.try_claim(
+                self.policy(),
+                my_pid,
+                grace,
+                self.now(),
+                |_: &LeaseState, _| Liveness::Unknown,
+                false,
+            );
+            if let Some(g) = got {
                 self.note_grant(&g);
                 self.note(
                     OpCode::LeaseBlockedWait,
@@ -482,40 +499,83 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             }
         }
         st.bump(counter::BLOCKED_WAITS, 1);
-        loop {
-            st.waiters.fetch_add(1, Ordering::SeqCst);
-            // SYNC: waiters. Pairs with the SeqCst release CAS + waiters load in
-            // `wake_waiters`: either the releaser sees us or we see its release.
-            fence(Ordering::SeqCst);
-            let seq = st.wake.load(Ordering::SeqCst);
-            let got = st.try_claim(self.policy(), my_pid, grace, self.now(), &mut judge, false);
-            let mut timed_out = false;
-            if got.is_none() {
-                match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
-                    Some(Duration::ZERO) => timed_out = true,
-                    rem => crate::futex::wait(
-                        &st.wake,
-                        seq,
-                        rem.map_or(BLOCKED_POLL, |r| r.min(BLOCKED_POLL)),
-                    ),
+        let mut watch = PidWatch::new();
+        std::thread::scope(|scope| {
+            let mut watcher: Option<DeathWatcher<'_>> = None;
+            let result = loop {
+                st.waiters.fetch_add(1, Ordering::SeqCst);
+                // SYNC: waiters. Pairs with the SeqCst release CAS + waiters load in
+                // `wake_waiters`: either the releaser sees us or we see its release.
+                fence(Ordering::SeqCst);
+                let seq = st.wake.load(Ordering::SeqCst);
+                // One OS check per wake-up, through a pidfd opened once per holder.
+                let got = st.try_claim(
+                    self.policy(),
+                    my_pid,
+                    grace,
+                    self.now(),
+                    |s: &LeaseState, w| match s.holder_start(w) {
+                        Some(start) => watch.liveness(pid_of(w), start),
+                        None => Liveness::Unknown,
+                    },
+                    false,
+                );
+                let mut timed_out = false;
+                if got.is_none() {
+                    let watched = Self::ensure_watcher(scope, st, &mut watcher);
+                    let nap = if watched { WATCHED_POLL } else { BLOCKED_POLL };
+                    match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                        Some(Duration::ZERO) => timed_out = true,
+                        rem => crate::futex::wait(&st.wake, seq, rem.map_or(nap, |r| r.min(nap))),
+                    }
                 }
+                st.waiters.fetch_sub(1, Ordering::SeqCst);
+                if got.is_some() || timed_out {
+                    break (got, timed_out);
+                }
+            };
+            if let Some(w) = watcher.take() {
+                w.stop();
             }
-            st.waiters.fetch_sub(1, Ordering::SeqCst);
-            if got.is_some() || timed_out {
-                let waited = started.elapsed().as_nanos() as u64;
-                st.bump(counter::BLOCKED_NS, waited);
-                let mut flags = sidecar_flags::WAIT_PARKED;
-                if timed_out {
-                    st.bump(counter::TIMEOUTS, 1);
-                    flags |= sidecar_flags::WAIT_TIMED_OUT;
-                }
-                if let Some(g) = &got {
-                    self.note_grant(g);
-                }
-                self.note(OpCode::LeaseBlockedWait, flags, waited);
-                return got.map(|g| st.claim_for(g.word, g.torn));
+            let (got, timed_out) = result;
+            let waited = started.elapsed().as_nanos() as u64;
+            st.bump(counter::BLOCKED_NS, waited);
+            let mut flags = sidecar_flags::WAIT_PARKED;
+            if timed_out {
+                st.bump(counter::TIMEOUTS, 1);
+                flags |= sidecar_flags::WAIT_TIMED_OUT;
             }
+            if let Some(g) = &got {
+                self.note_grant(g);
+            }
+            self.note(OpCode::LeaseBlockedWait, flags, waited);
+            got.map(|g| st.claim_for(g.word, g.torn))
+        })
+    }
+
+    /// Makes sure a death watcher covers the current holder (restarting it after a
+    /// handover). Returns whether one does; without one the waiter polls more often.
+    fn ensure_watcher<'scope, 'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        st: &'env LeaseState,
+        watcher: &mut Option<DeathWatcher<'scope>>,
+    ) -> bool {
+        let cur = st.claim.load(Ordering::Acquire);
+        let id = cur & ID_MASK;
+        if pid_of(cur) == 0 {
+            return false;
         }
+        if watcher.as_ref().is_some_and(|w| w.id == id) {
+            return true;
+        }
+        if let Some(w) = watcher.take() {
+            w.stop();
+        }
+        let Some(start) = st.holder_start(cur) else {
+            return false;
+        };
+        *watcher = DeathWatcher::spawn(scope, st, id, pid_of(cur), start);
+        watcher.is_some()
     }
 
     /// Seed API: releases the lease if `my_pid` holds it.

@@ -13,4 +13,6 @@ pub use state::{PAYLOAD_BYTES, counter};
 #[cfg(not(cxc_loom))]
 mod file;
 #[cfg(not(cxc_loom))]
+mod watch;
+#[cfg(not(cxc_loom))]
 pub use file::{LeaseStatus, OwnerLease, inspect};

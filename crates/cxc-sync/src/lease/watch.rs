@@ -1,0 +1,99 @@
+//! A helper thread that turns a holder's death into a futex wake-up, so a blocked
+//! `acquire` can sleep long (burning almost no CPU) and still take over within
+//! microseconds of the holder's death.
+//!
+//! The thread opens a pidfd for the holder, verifies the recorded start time against
+//! `/proc` after opening it (so the fd names the right process even under pid reuse), and
+//! `poll`s the pidfd together with an eventfd the waiter uses to stop it. When the pidfd
+//! becomes readable (the process exited; zombies included) it bumps the lease's `wake`
+//! word and wakes every sleeper.
+
+use std::os::fd::OwnedFd;
+use std::thread::{Scope, ScopedJoinHandle};
+
+use super::state::LeaseState;
+use crate::liveness::{self, Liveness};
+use crate::primitive::Ordering;
+
+/// A running watcher of one holder.
+pub(crate) struct DeathWatcher<'scope> {
+    /// The claim id (pid + generation bits) whose holder is watched.
+    pub(crate) id: u64,
+    stop: OwnedFd,
+    handle: ScopedJoinHandle<'scope, ()>,
+}
+
+impl<'scope> DeathWatcher<'scope> {
+    /// Starts watching process `pid` (started at `start`) for the claim `id`; `None` if
+    /// no watcher could be started (the caller then polls).
+    pub(crate) fn spawn<'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        state: &'env LeaseState,
+        id: u64,
+        pid: u32,
+        start: u64,
+    ) -> Option<Self> {
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (scope, state, id, pid, start);
+            return None;
+        }
+        #[cfg(target_os = "linux")]
+        Self::spawn_linux(scope, state, id, pid, start)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn spawn_linux<'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        state: &'env LeaseState,
+        id: u64,
+        pid: u32,
+        start: u64,
+    ) -> Option<Self> {
+        use rustix::event::{EventfdFlags, eventfd};
+        use rustix::process::{Pid, PidfdFlags, pidfd_open};
+        let raw = Pid::from_raw(i32::try_from(pid).ok()?)?;
+        let pidfd = match pidfd_open(raw, PidfdFlags::empty()) {
+            Ok(fd) => Some(fd),
+            Err(rustix::io::Errno::SRCH) => None,
+            Err(_) => return None,
+        };
+        // Checked after opening: if the pid was reused, the fd names the wrong process.
+        let dead = pidfd.is_none() || liveness::check(pid, start) == Liveness::Dead;
+        let stop = eventfd(0, EventfdFlags::CLOEXEC).ok()?;
+        let stop_r = stop.try_clone().ok()?;
+        let handle = std::thread::Builder::new()
+            .name("cxc-lease-watch".into())
+            .spawn_scoped(scope, move || {
+                if !dead {
+                    let Some(pidfd) = pidfd else { return };
+                    use rustix::event::{PollFd, PollFlags, poll};
+                    let mut fds = [
+                        PollFd::new(&pidfd, PollFlags::IN),
+                        PollFd::new(&stop_r, PollFlags::IN),
+                    ];
+                    loop {
+                        match poll(&mut fds, None) {
+                            Ok(_) => break,
+                            Err(rustix::io::Errno::INTR) => continue,
+                            Err(_) => return,
+                        }
+                    }
+                    if !fds[0].revents().contains(PollFlags::IN) {
+                        return; // stopped by the waiter
+                    }
+                }
+                // The holder is gone: wake every sleeper so one takes over at once.
+                state.wake.fetch_add(1, Ordering::SeqCst);
+                crate::futex::wake(&state.wake, u32::MAX);
+            })
+            .ok()?;
+        Some(DeathWatcher { id, stop, handle })
+    }
+
+    /// Stops the watcher and waits for it.
+    pub(crate) fn stop(self) {
+        let _ = rustix::io::write(&self.stop, &1u64.to_ne_bytes());
+        let _ = self.handle.join();
+    }
+}
