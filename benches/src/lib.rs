@@ -1,1 +1,20 @@
-//! Shared helpers for the cxc benches (see `benches/`).
+//! Benches for cxc: the criterion benches (`benches/`, one per primitive) and the
+//! cross-process harness `cxc-xbench` (driven by `cargo xtask bench`).
+//!
+//! The harness spawns real processes that meet on files in a temporary directory and
+//! measures what criterion cannot: handoff round trips, contended throughput, failover
+//! latency after `SIGKILL` and the CPU burned by a blocked waiter, against the classic
+//! cross-process baselines.
+//!
+//! - [`clock`]: `CLOCK_MONOTONIC` timestamps (comparable across processes) and CPU time.
+//! - [`stats`]: median and p99 of samples.
+//! - [`shm`]: a small shared page mapped from a file, for flags and baseline state.
+//! - [`baseline`]: raw futex wait/wake, a futex mutex, a robust process-shared pthread
+//!   mutex, `flock`, SysV semaphores.
+//! - [`xbench`]: the scenarios and the child roles `cxc-xbench` re-executes itself as.
+
+pub mod baseline;
+pub mod clock;
+pub mod shm;
+pub mod stats;
+pub mod xbench;
