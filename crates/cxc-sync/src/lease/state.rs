@@ -211,7 +211,7 @@ impl LeaseState {
     pub(crate) fn full_generation(&self, word: u64) -> u64 {
         let low = word >> GEN_SHIFT;
         let t = self.term.load(Ordering::Acquire);
-        t + (low.wrapping_sub(t) & (GEN_MOD - 1))
+        t.wrapping_add(low.wrapping_sub(t) & (GEN_MOD - 1))
     }
 
     pub(crate) fn claim_for(&self, word: u64, inherited_torn: bool) -> LeaseClaim {
