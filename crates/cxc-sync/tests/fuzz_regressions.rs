@@ -67,8 +67,6 @@ fn returns_within<R: Send + 'static>(
 /// reuse the same pid), a process that calls `release(my_pid)`. `try_acquire(P)` returns
 /// `true` first (idempotent for the holder), so the pair `try_acquire`/`release` hangs.
 #[test]
-#[ignore = "open fuzz finding: release spins forever on a WRITE bit left by a dead holder; \
-            un-ignore with the fix"]
 fn release_of_claim_with_orphaned_write_bit_returns() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("l");
@@ -79,7 +77,11 @@ fn release_of_claim_with_orphaned_write_bit_returns() {
     let mut word = [0u8; 8];
     let f = std::fs::File::open(&p).unwrap();
     f.read_exact_at(&mut word, LEASE_CLAIM).unwrap();
-    patch(&p, LEASE_CLAIM, &(u64::from_ne_bytes(word) | WRITE_BIT).to_ne_bytes());
+    patch(
+        &p,
+        LEASE_CLAIM,
+        &(u64::from_ne_bytes(word) | WRITE_BIT).to_ne_bytes(),
+    );
 
     let lease = OwnerLease::<u64>::open(&p).unwrap();
     assert_eq!(lease.current_owner(), Some(pid));

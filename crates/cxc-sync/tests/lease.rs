@@ -426,3 +426,49 @@ fn threads_hammering_with_lease_lose_no_update() {
     });
     assert_eq!(lease.with_lease(9, 3, |v| *v), Some(total));
 }
+
+/// A process whose pid was held by a dead predecessor (pid reuse, or a container restart
+/// with the same pid) finds the predecessor's identity entry when it opens the lease: the
+/// predecessor's claim under that pid is abandoned and released, even mid-write.
+#[test]
+fn claim_of_a_dead_namesake_is_vacated_on_open() {
+    use std::os::unix::fs::FileExt;
+    let d = tmp();
+    let p = d.path().join("l");
+    let me = std::process::id();
+    {
+        let lease: OwnerLease<u64> = OwnerLease::create(&p, 5).unwrap();
+        assert!(lease.try_acquire(me, 3));
+    }
+    // Pretend the claim was made by an earlier process with our pid: its identity entry
+    // (slot 0 of the table at body offset 320) carries another start time, and it died
+    // in the middle of a write (WRITE bit, bit 33 of the claim word at body offset 0).
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, 128 + 320 + 8).unwrap();
+    let start = u64::from_ne_bytes(b);
+    f.write_all_at(&(start + 1).to_ne_bytes(), 128 + 320 + 8)
+        .unwrap();
+    f.read_exact_at(&mut b, 128).unwrap();
+    f.write_all_at(&(u64::from_ne_bytes(b) | 1 << 33).to_ne_bytes(), 128)
+        .unwrap();
+
+    let lease: OwnerLease<u64> = OwnerLease::open(&p).unwrap();
+    assert_eq!(
+        lease.current_owner(),
+        None,
+        "the dead namesake's claim is released"
+    );
+    assert!(!lease.status().writing);
+    let c = lease.try_claim(me, 3).unwrap();
+    assert_eq!(
+        lease.read_claimed(&c),
+        Some(5),
+        "its unfinished write was not published"
+    );
+    assert!(lease.release_claim(&c));
+}

@@ -20,7 +20,7 @@
 use crate::liveness::{self, Liveness, ProcessIdentity};
 use crate::primitive::{AtomicU64, Ordering};
 
-use super::state::{LeaseState, pid_of};
+use super::state::{GEN_MASK, IDX_BIT, LeaseState, counter, pid_of};
 
 /// Number of identity slots per lease file.
 pub(crate) const IDENT_SLOTS: usize = 16;
@@ -90,7 +90,12 @@ impl LeaseState {
                 if p & !WRITING == mine {
                     let current = p == mine
                         && (slot.start.load(Ordering::Acquire) == me.start_time
-                            || slot.write(p, me));
+                            || (slot.write(p, me) && {
+                                // The entry named a dead process with our pid: a claim
+                                // for this pid is that process's, abandoned.
+                                self.vacate_dead_namesake(me.pid);
+                                true
+                            }));
                     if current {
                         found = true;
                     } else {
@@ -121,6 +126,24 @@ impl LeaseState {
             }
         }
         false
+    }
+
+    /// Releases a claim held under `pid` by a dead process whose pid this process now
+    /// has (found while registering). Its unfinished write, if any, is never published.
+    fn vacate_dead_namesake(&self, pid: u32) {
+        let cur = self.claim.load(Ordering::Acquire);
+        if pid_of(cur) != pid {
+            return;
+        }
+        let next = cur & (GEN_MASK | IDX_BIT);
+        if self
+            .claim
+            .compare_exchange(cur, next, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.bump(counter::CLAIM_DEAD, 1);
+            self.wake_waiters();
+        }
     }
 
     /// The recorded start time of the process with `pid`, if any.

@@ -140,6 +140,50 @@ const _: () = assert!(align_of::<LeaseState>() == 64);
 // alignment is 64.
 unsafe impl cxc_mmf::AtomicView for LeaseState {}
 
+/// A bounded wait for a sibling's WRITE bit to clear: spins, then sleeps, then gives up
+/// after about 100 ms, so a WRITE bit left by a dead process can never hang a caller.
+struct WriteWait {
+    rounds: u32,
+    #[cfg(not(cxc_loom))]
+    since: Option<std::time::Instant>,
+}
+
+impl WriteWait {
+    const SPINS: u32 = 256;
+    #[cfg(not(cxc_loom))]
+    const PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
+    fn new() -> Self {
+        WriteWait {
+            rounds: 0,
+            #[cfg(not(cxc_loom))]
+            since: None,
+        }
+    }
+
+    fn expired(&self) -> bool {
+        #[cfg(not(cxc_loom))]
+        {
+            self.since.is_some_and(|t| t.elapsed() >= Self::PATIENCE)
+        }
+        #[cfg(cxc_loom)]
+        {
+            self.rounds >= 2
+        }
+    }
+
+    fn pause(&mut self) {
+        self.rounds += 1;
+        #[cfg(not(cxc_loom))]
+        if self.rounds > Self::SPINS {
+            self.since.get_or_insert_with(std::time::Instant::now);
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            return;
+        }
+        spin_hint();
+    }
+}
+
 /// Why a claim was granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClaimReason {
@@ -404,17 +448,22 @@ impl LeaseState {
     /// [`release_id`](Self::release_id) starting from an already loaded claim word.
     #[inline]
     pub(crate) fn release_from(&self, id: u64, mut cur: u64) -> bool {
+        let mut waited = WriteWait::new();
         loop {
             if cur & ID_MASK != id || pid_of(cur) == 0 {
                 self.bump(counter::STALE_OP_REJECTED, 1);
                 return false;
             }
-            if cur & WRITE_BIT != 0 {
-                // Another thread of this holder is mid-write; it finishes in bounded time.
-                spin_hint();
+            if cur & WRITE_BIT != 0 && !waited.expired() {
+                // Another thread of this holder is mid-write (or in a `with_lease`
+                // closure); wait for it, boundedly.
+                waited.pause();
                 cur = self.claim.load(Ordering::Acquire);
                 continue;
             }
+            // With WRITE still set after the bound, the write was abandoned (its process
+            // died and this pid was reused, or a sibling's closure runs too long): the
+            // release aborts it; the unpublished buffer is never published.
             let next = cur & (GEN_MASK | IDX_BIT);
             match self
                 .claim
@@ -497,13 +546,19 @@ impl LeaseState {
         accept: impl Fn(u64) -> bool,
     ) -> bool {
         let mut cur = self.claim.load(Ordering::Acquire);
+        let mut waited = WriteWait::new();
         loop {
             if !accept(cur) {
                 self.bump(counter::STALE_OP_REJECTED, 1);
                 return false;
             }
             if cur & WRITE_BIT != 0 {
-                spin_hint();
+                if waited.expired() {
+                    // An abandoned write holds WRITE (see `release_from`): refuse.
+                    self.bump(counter::STALE_OP_REJECTED, 1);
+                    return false;
+                }
+                waited.pause();
                 cur = self.claim.load(Ordering::Acquire);
                 continue;
             }
