@@ -5,9 +5,12 @@
 //!   bits, and failover (fence + reclaim) of dead workers' work.
 //! - [`liveness`]: process identity (pid + start time) and whether it is still alive.
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
+//! - [`backend`]: [`FencedLease`] and [`PermitPool`], the blocking traits that the
+//!   mapped-file primitives ([`MmapLease`], [`SharedSemaphore`]) and `cxc-etcd` implement.
 
 #![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
 
+pub mod backend;
 pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
@@ -15,6 +18,9 @@ pub mod liveness;
 pub(crate) mod primitive;
 mod semaphore;
 
+#[cfg(not(cxc_loom))]
+pub use backend::MmapLease;
+pub use backend::{FencedLease, PermitPool};
 pub use epoch::EpochMode;
 pub mod lease;
 

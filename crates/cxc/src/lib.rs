@@ -13,6 +13,7 @@ pub use cxc_sync::{
 pub use cxc_sync::{
     EpochMode, LeaseClaim, LeaseError, LeaseOptions, LeaseStatus, OwnerLease, Preemption,
 };
+pub use cxc_sync::{FencedLease, MmapLease, PermitPool};
 
 /// Lease internals useful to tools: counter names, type-erased inspection.
 pub mod lease {

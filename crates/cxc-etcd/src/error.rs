@@ -1,0 +1,79 @@
+//! [`EtcdError`]: why an etcd-backed primitive could not answer.
+
+use std::time::Duration;
+
+/// Why an etcd-backed lease or semaphore could not be built or could not answer.
+///
+/// Contention is never an error (the trait methods return `Ok(None)` / `Ok(false)`);
+/// these are failures of the client, the server or the data found in it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdError {
+    /// The client's runtime thread could not be started.
+    #[error("cannot start the etcd client runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The client could not be built for these endpoints.
+    #[error("cannot connect to etcd at {endpoints}")]
+    Connect {
+        /// The endpoints, comma-separated.
+        endpoints: String,
+        /// The client's error.
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// A request failed (server unreachable, refused, or an unexpected gRPC status).
+    #[error("etcd {op} on {key:?} failed")]
+    Request {
+        /// The operation (`"claim"`, `"write"`, …).
+        op: &'static str,
+        /// The key it was about.
+        key: String,
+        /// The client's error.
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// A request got no answer in time (e.g. the server is restarting). Its outcome is
+    /// unknown: a write or release may or may not have been applied.
+    #[error("etcd {op} on {key:?} got no answer within {timeout:?}")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// The key it was about.
+        key: String,
+        /// The request timeout that passed.
+        timeout: Duration,
+    },
+    /// The server answered something a correct server does not (e.g. no header).
+    #[error("etcd {op} on {key:?}: unexpected response: {detail}")]
+    Protocol {
+        /// The operation.
+        op: &'static str,
+        /// The key it was about.
+        key: String,
+        /// What was wrong.
+        detail: &'static str,
+    },
+    /// The stored value has the wrong size for the payload type.
+    #[error("value at {key:?}: expected {expected} bytes, found {found}")]
+    Decode {
+        /// The value key.
+        key: String,
+        /// `size_of::<T>()`.
+        expected: usize,
+        /// The stored length.
+        found: usize,
+    },
+    /// The semaphore exists with another maximum.
+    #[error("semaphore {key:?}: expected max_permits {expected}, found {found:?}")]
+    MaxMismatch {
+        /// The semaphore's `max` key.
+        key: String,
+        /// The maximum asked for.
+        expected: u32,
+        /// What the key holds.
+        found: String,
+    },
+    /// An argument is out of range (an empty name, zero permits, a zero TTL…).
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+}

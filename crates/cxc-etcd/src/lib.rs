@@ -1,0 +1,31 @@
+//! The fenced lease and permit pool of `cxc`, on etcd: the same claims, fencing tokens
+//! and crash recovery as the mapped-file primitives, across machines.
+//!
+//! - [`Etcd`] / [`EtcdOptions`]: a connection (async client + one runtime thread behind a
+//!   blocking API), the session TTL and how sessions are kept alive ([`KeepAlive`]).
+//! - [`EtcdLease<T>`]: [`FencedLease`] on etcd. A claim is the key `<name>/owner`, created
+//!   under the holder's session; its create revision is the generation (fencing token);
+//!   owner operations are transactions comparing that revision, so etcd itself refuses a
+//!   stale claim's write or release.
+//! - [`EtcdSemaphore`]: [`PermitPool`] on etcd: at most `max` holder keys, each under its
+//!   holder's session, so a dead holder's permits come back when its session expires.
+//! - [`EtcdError`]: what can go wrong (contention is not an error).
+//!
+//! The traits live in [`cxc_sync::backend`]; code written against them runs on
+//! [`cxc_sync::MmapLease`] / [`cxc_sync::SharedSemaphore`] or on these types, changing only
+//! the constructor (`examples/switch_backend.rs`). When to use which, the fencing argument
+//! and measured latencies: `docs/etcd.md`.
+#![forbid(unsafe_code)]
+
+mod conn;
+mod error;
+mod lease;
+mod semaphore;
+mod session;
+mod wait;
+
+pub use conn::{Etcd, EtcdOptions, KeepAlive};
+pub use cxc_sync::{FencedLease, PermitPool};
+pub use error::EtcdError;
+pub use lease::{EtcdClaim, EtcdLease};
+pub use semaphore::EtcdSemaphore;

@@ -1,0 +1,180 @@
+//! Sessions, keep-alive modes, handle lifetimes and errors of the etcd backend, against a
+//! real server (single process: the multi-process properties are in `etcd_mp.rs`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::EtcdServer;
+use cxc_etcd::{
+    Etcd, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, KeepAlive, PermitPool,
+};
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn connect(server: &EtcdServer, keep_alive: KeepAlive) -> Etcd {
+    let opts = EtcdOptions::default().ttl(TTL).keep_alive(keep_alive);
+    Etcd::connect(&[server.endpoint()], opts).expect("connect")
+}
+
+#[test]
+fn beat_driven_holder_that_stops_beating_is_replaced() {
+    let server = EtcdServer::start();
+    let a = EtcdLease::new(&connect(&server, KeepAlive::OnBeat), "s/beat", 0u64).expect("a");
+    let b = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/beat", 0u64).expect("b");
+    let ca = a.try_claim().expect("claim").expect("vacant");
+    // The process is alive, but it does not beat: the claim lapses after the TTL.
+    let t = Instant::now();
+    let cb = b
+        .acquire(Duration::from_secs(10))
+        .expect("acquire")
+        .expect("the silent holder was not replaced");
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "replaced before its TTL"
+    );
+    assert!(cb.generation() > ca.generation());
+    assert!(
+        !a.beat(&ca).expect("beat"),
+        "a lapsed claim's beat must report the loss"
+    );
+    assert!(!a.write(&ca, 1).expect("write"));
+    assert!(b.release(&cb).expect("release"));
+    // The lapsed session is replaced by a new one on the next claim.
+    let again = a.try_claim().expect("claim").expect("vacant");
+    assert!(again.generation() > cb.generation());
+    assert_ne!(
+        again.session(),
+        ca.session(),
+        "a lapsed session must not be reused"
+    );
+}
+
+#[test]
+fn beating_keeps_a_beat_driven_claim() {
+    let server = EtcdServer::start();
+    let a = EtcdLease::new(&connect(&server, KeepAlive::OnBeat), "s/keep", 0u64).expect("a");
+    let b = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/keep", 0u64).expect("b");
+    let c = a.try_claim().expect("claim").expect("vacant");
+    let until = Instant::now() + TTL * 3;
+    while Instant::now() < until {
+        assert!(a.beat(&c).expect("beat"), "a beating holder lost its claim");
+        assert!(
+            b.try_claim().expect("claim").is_none(),
+            "L1: claimed while held"
+        );
+        std::thread::sleep(TTL / 4);
+    }
+    assert!(a.is_current(&c).expect("is_current"));
+}
+
+#[test]
+fn background_keep_alive_holds_a_silent_claim() {
+    let server = EtcdServer::start();
+    let a = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/bg", 0u64).expect("a");
+    let b = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/bg", 0u64).expect("b");
+    let c = a.try_claim().expect("claim").expect("vacant");
+    std::thread::sleep(TTL * 3);
+    assert!(
+        b.try_claim().expect("claim").is_none(),
+        "a live process lost its claim"
+    );
+    assert!(a.is_current(&c).expect("is_current"));
+}
+
+#[test]
+fn dropping_a_handle_releases_its_claim_and_permits_at_once() {
+    let server = EtcdServer::start();
+    let etcd = connect(&server, KeepAlive::Background);
+    let a = EtcdLease::new(&etcd, "s/drop", 0u64).expect("a");
+    let b = EtcdLease::new(&etcd, "s/drop", 0u64).expect("b");
+    a.try_claim().expect("claim").expect("vacant");
+    drop(a);
+    assert!(
+        b.try_claim().expect("claim").is_some(),
+        "drop did not release at once"
+    );
+
+    let p = EtcdSemaphore::open(&etcd, "s/droppool", 2).expect("pool");
+    let q = EtcdSemaphore::open(&etcd, "s/droppool", 2).expect("pool");
+    assert!(p.try_take().expect("take") && p.try_take().expect("take"));
+    assert_eq!(p.held(), 2);
+    assert!(!q.try_take().expect("take"));
+    drop(p);
+    assert_eq!(
+        q.available().expect("available"),
+        2,
+        "drop did not return permits"
+    );
+}
+
+#[test]
+fn semaphore_size_lives_in_etcd() {
+    let server = EtcdServer::start();
+    let etcd = connect(&server, KeepAlive::Background);
+    let p = EtcdSemaphore::open(&etcd, "s/size", 3).expect("pool");
+    assert_eq!(p.max(), 3);
+    match EtcdSemaphore::open(&etcd, "s/size", 4) {
+        Err(EtcdError::MaxMismatch {
+            expected, found, ..
+        }) => {
+            assert_eq!(expected, 4);
+            assert_eq!(found, "3");
+        }
+        other => panic!("expected MaxMismatch, got {other:?}"),
+    }
+    assert!(matches!(
+        EtcdSemaphore::open(&etcd, "s/zero", 0),
+        Err(EtcdError::InvalidOption(_))
+    ));
+    assert!(matches!(
+        EtcdLease::new(&etcd, "", 0u64),
+        Err(EtcdError::InvalidOption(_))
+    ));
+}
+
+#[test]
+fn wrong_payload_size_is_a_decode_error() {
+    let server = EtcdServer::start();
+    let etcd = connect(&server, KeepAlive::Background);
+    let wide = EtcdLease::new(&etcd, "s/decode", 0u64).expect("u64 lease");
+    let c = wide.try_claim().expect("claim").expect("vacant");
+    assert!(wide.write(&c, 7).expect("write"));
+    assert!(wide.release(&c).expect("release"));
+    let narrow = EtcdLease::new(&etcd, "s/decode", 0u32).expect("u32 lease");
+    let c = narrow.try_claim().expect("claim").expect("vacant");
+    match narrow.read(&c) {
+        Err(EtcdError::Decode {
+            expected, found, ..
+        }) => assert_eq!((expected, found), (4, 8)),
+        other => panic!("expected a Decode error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_unreachable_server_is_an_error_not_a_hang() {
+    // A port nobody listens on (bound, then closed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let opts = EtcdOptions::default()
+        .request_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(200));
+    let etcd = Etcd::connect(&[format!("http://127.0.0.1:{port}")], opts).expect("lazy connect");
+    let lease = EtcdLease::new(&etcd, "s/down", 0u64).expect("lease");
+    let t = Instant::now();
+    let r = lease.try_claim();
+    assert!(r.is_err(), "claim against no server: {r:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    let r = lease.acquire(Duration::from_secs(30));
+    assert!(r.is_err(), "acquire against no server: {r:?}");
+    assert!(
+        EtcdSemaphore::open(&etcd, "s/down", 1).is_err(),
+        "open against no server"
+    );
+}
