@@ -144,7 +144,8 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<LeaseStatus, LeaseError> {
         ..OwnerLease::<[u64; PAYLOAD_WORDS]>::expect()
     };
     let map: Mapped<LeaseState> = Mapped::open(path, &expect)?;
-    let lease = OwnerLease::<[u64; PAYLOAD_WORDS]>::from_map(map);
+    // Inspection only reads: it does not register this process's identity.
+    let lease = OwnerLease::<[u64; PAYLOAD_WORDS]>::from_map_unregistered(map);
     Ok(lease.status())
 }
 
@@ -329,12 +330,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     fn from_map(map: Mapped<LeaseState>) -> Self {
+        // Record who we are before we can claim (see `ident.rs`).
+        map.head().register_identity(crate::liveness::current());
+        Self::from_map_unregistered(map)
+    }
+
+    fn from_map_unregistered(map: Mapped<LeaseState>) -> Self {
         let p = map.info().layout.params;
         // Validated by `check_params` (open) or built from valid options (create).
         let epoch = EpochMode::decode(p[1], p[2]).unwrap_or_default();
         let preemption = Preemption::from_code(p[0]).unwrap_or_default();
-        // Record who we are before we can claim (see `ident.rs`).
-        map.head().register_identity(crate::liveness::current());
         OwnerLease {
             map,
             clock: EpochClock::new(epoch),

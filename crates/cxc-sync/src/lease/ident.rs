@@ -115,9 +115,12 @@ impl LeaseState {
                     return true;
                 }
             }
+            // Never the entry of the current holder's pid: a dead holder must stay
+            // provably dead, or a holder killed mid-write could never be superseded.
+            let holder = u64::from(pid_of(self.claim.load(Ordering::Acquire)));
             for slot in &self.idents {
                 let p = slot.pid.load(Ordering::Acquire);
-                if p != 0 && p & WRITING == 0 {
+                if p != 0 && p & WRITING == 0 && p != holder {
                     let start = slot.start.load(Ordering::Acquire);
                     if liveness::check(p as u32, start) == Liveness::Dead && slot.write(p, me) {
                         return true;
