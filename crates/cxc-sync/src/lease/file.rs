@@ -28,6 +28,8 @@ const HEAD_SIZE: u32 = size_of::<LeaseState>() as u32;
 /// How often a blocked `acquire` re-checks staleness and holder death while asleep, when
 /// no death watcher covers the holder (no recorded identity: heartbeat path).
 const BLOCKED_POLL: Duration = Duration::from_millis(2);
+/// The first sleep of a blocked `acquire`, before a death watcher is started.
+const FIRST_NAP: Duration = Duration::from_millis(1);
 /// The re-check interval while a death watcher covers the holder (its death wakes us at
 /// once; this only bounds how late a stale heartbeat is noticed).
 const WATCHED_POLL: Duration = Duration::from_millis(25);
@@ -507,28 +509,40 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let mut watch = PidWatch::new();
         std::thread::scope(|scope| {
             let mut watcher: Option<DeathWatcher<'_>> = None;
+            let mut naps = 0u32;
             let result = loop {
                 st.waiters.fetch_add(1, Ordering::SeqCst);
                 // SYNC: waiters. Pairs with the SeqCst release CAS + waiters load in
                 // `wake_waiters`: either the releaser sees us or we see its release.
                 fence(Ordering::SeqCst);
                 let seq = st.wake.load(Ordering::SeqCst);
-                // One OS check per wake-up, through a pidfd opened once per holder.
+                // One OS check per wake-up after the first sleep, through a pidfd opened
+                // once per holder (a quick handoff pays none).
+                let check_os = naps > 0;
                 let got = st.try_claim(
                     self.policy(),
                     my_pid,
                     grace,
                     self.now(),
                     |s: &LeaseState, w| match s.holder_start(w) {
-                        Some(start) => watch.liveness(pid_of(w), start),
-                        None => Liveness::Unknown,
+                        Some(start) if check_os => watch.liveness(pid_of(w), start),
+                        _ => Liveness::Unknown,
                     },
                     false,
                 );
                 let mut timed_out = false;
                 if got.is_none() {
-                    let watched = Self::ensure_watcher(scope, st, &mut watcher);
-                    let nap = if watched { WATCHED_POLL } else { BLOCKED_POLL };
+                    // A short first sleep needs no watcher thread (most handoffs end within
+                    // it); a longer wait gets one, and then sleeps long.
+                    let watched = naps > 0 && Self::ensure_watcher(scope, st, &mut watcher);
+                    let nap = if watched {
+                        WATCHED_POLL
+                    } else if naps == 0 {
+                        FIRST_NAP
+                    } else {
+                        BLOCKED_POLL
+                    };
+                    naps += 1;
                     match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
                         Some(Duration::ZERO) => timed_out = true,
                         rem => crate::futex::wait(&st.wake, seq, rem.map_or(nap, |r| r.min(nap))),
