@@ -1,6 +1,13 @@
 //! `cargo xtask`: project automation.
 //!
-//! Tasks: `loom` (all loom models under `cfg(cxc_loom)`, own target dir).
+//! Tasks: `loom` (all loom models under `cfg(cxc_loom)`, own target dir); `bench`
+//! (criterion benches + cross-process harness, writes `docs/BENCHMARKS.md`).
+
+mod torture;
+
+mod bench;
+
+mod fuzz;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -54,8 +61,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("loom") => loom(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
+        Some("torture") => torture::run(&args[1..]),
+        Some("torture-supervise") => torture::supervise(&args[1..]),
+        Some("torture-worker") => torture::worker(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <loom> [args]");
+            eprintln!("usage: cargo xtask <loom|bench> [args]");
             ExitCode::FAILURE
         }
     }

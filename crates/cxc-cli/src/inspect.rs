@@ -12,43 +12,58 @@ use crate::CliError;
 
 /// Everything `inspect` shows about one file.
 #[derive(Debug)]
-pub(crate) struct View {
-    pub(crate) path: PathBuf,
-    pub(crate) info: HeaderInfo,
-    pub(crate) state: State,
+pub struct View {
+    /// The file.
+    pub path: PathBuf,
+    /// Its validated header.
+    pub info: HeaderInfo,
+    /// The primitive's state.
+    pub state: State,
     /// The shared strategy and its generation.
-    pub(crate) strategy: (cxc::Strategy, u32),
+    pub strategy: (cxc::Strategy, u32),
     /// Observations still in the file's ring, oldest first.
-    pub(crate) recent: Vec<cxc::Observation>,
+    pub recent: Vec<cxc::Observation>,
 }
 
 /// The primitive-specific part of a [`View`].
 #[derive(Debug)]
-pub(crate) enum State {
+pub enum State {
+    /// A lease's status (payload type not checked).
     Lease(cxc::LeaseStatus),
+    /// A heartbeat table's slots and counters.
     Heartbeat(HeartbeatView),
+    /// A semaphore's permits, holders and counters.
     Semaphore(SemaphoreView),
 }
 
 /// A semaphore's state.
 #[derive(Debug)]
-pub(crate) struct SemaphoreView {
-    pub(crate) available: u32,
-    pub(crate) max: u32,
-    pub(crate) holders: Vec<cxc::HolderInfo>,
-    pub(crate) holder_capacity: usize,
-    pub(crate) stats: cxc::SemaphoreStats,
+pub struct SemaphoreView {
+    /// Permits available now.
+    pub available: u32,
+    /// The most permits that can be available.
+    pub max: u32,
+    /// Processes recorded as holding permits.
+    pub holders: Vec<cxc::HolderInfo>,
+    /// Slots in the holder table.
+    pub holder_capacity: usize,
+    /// Cumulative counters.
+    pub stats: cxc::SemaphoreStats,
 }
 
 /// A heartbeat table's state.
 #[derive(Debug)]
-pub(crate) struct HeartbeatView {
-    pub(crate) capacity: usize,
-    pub(crate) epoch: u64,
-    pub(crate) epoch_mode: cxc::EpochMode,
+pub struct HeartbeatView {
+    /// Number of slots.
+    pub capacity: usize,
+    /// The table's current epoch.
+    pub epoch: u64,
+    /// The epoch source.
+    pub epoch_mode: cxc::EpochMode,
     /// Registered (or fenced-with-bits) slots: index and snapshot.
-    pub(crate) slots: Vec<(usize, cxc::HeartbeatSnapshot)>,
-    pub(crate) counters: Vec<(&'static str, u64)>,
+    pub slots: Vec<(usize, cxc::HeartbeatSnapshot)>,
+    /// Named cumulative counters.
+    pub counters: Vec<(&'static str, u64)>,
 }
 
 fn heartbeat(t: &cxc::HeartbeatTable) -> HeartbeatView {
@@ -72,7 +87,11 @@ fn heartbeat(t: &cxc::HeartbeatTable) -> HeartbeatView {
 }
 
 /// Reads and validates `path`.
-pub(crate) fn load(path: &Path) -> Result<View, CliError> {
+///
+/// # Errors
+/// [`CliError`] with [`EXIT_ERROR`](crate::EXIT_ERROR) for a missing, foreign, corrupt or
+/// unsupported file.
+pub fn load(path: &Path) -> Result<View, CliError> {
     let info = cxc::mmf::peek(path)?;
     let (state, strategy, recent) = match info.layout.kind {
         Kind::Lease => {
@@ -121,7 +140,10 @@ pub(crate) fn load(path: &Path) -> Result<View, CliError> {
 }
 
 /// Redraws the view every `interval` until interrupted.
-pub(crate) fn watch(path: &Path, interval: Duration) -> Result<(), CliError> {
+///
+/// # Errors
+/// None in practice: an unreadable file is drawn as its error message and retried.
+pub fn watch(path: &Path, interval: Duration) -> Result<(), CliError> {
     let mut out = std::io::stdout();
     loop {
         let text = match load(path) {

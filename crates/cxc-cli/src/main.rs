@@ -8,9 +8,7 @@
 mod create;
 mod demo;
 mod duration;
-mod inspect;
 mod lease_run;
-mod render;
 mod sem_run;
 
 use std::path::PathBuf;
@@ -18,13 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-
-/// Exit code when `--wait` ran out.
-pub(crate) const EXIT_TIMEOUT: u8 = 1;
-/// Exit code for usage errors and unusable files.
-pub(crate) const EXIT_ERROR: u8 = 2;
-/// Exit code when the lease was lost while the command ran.
-pub(crate) const EXIT_LEASE_LOST: u8 = 75;
+use cxc_cli::{CliError, EXIT_LEASE_LOST, EXIT_TIMEOUT, render};
 
 /// See and use cxc cross-process primitives (leases, heartbeat tables, semaphores).
 #[derive(Parser, Debug)]
@@ -87,33 +79,11 @@ enum LeaseCmd {
     Run(lease_run::LeaseRun),
 }
 
-/// A one-line error and the exit code for it.
-#[derive(Debug)]
-pub(crate) struct CliError {
-    pub(crate) code: u8,
-    pub(crate) msg: String,
-}
-
-impl CliError {
-    pub(crate) fn usage(msg: impl Into<String>) -> Self {
-        CliError {
-            code: EXIT_ERROR,
-            msg: msg.into(),
-        }
-    }
-}
-
-impl<E: std::error::Error> From<E> for CliError {
-    fn from(e: E) -> Self {
-        CliError::usage(e.to_string())
-    }
-}
-
 fn run(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Create { what } => create::run(what).map(|()| 0),
         Command::Inspect { path, json } => {
-            let view = inspect::load(&path)?;
+            let view = cxc_cli::load(&path)?;
             if json {
                 println!("{}", render::json(&view));
             } else {
@@ -121,7 +91,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        Command::Watch { path, interval } => inspect::watch(&path, interval).map(|()| 0),
+        Command::Watch { path, interval } => cxc_cli::watch(&path, interval).map(|()| 0),
         Command::Lease {
             what: LeaseCmd::Run(args),
         } => lease_run::run(args),

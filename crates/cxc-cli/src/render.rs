@@ -14,8 +14,8 @@ fn epoch_mode(m: EpochMode) -> String {
     }
 }
 
-/// Human-readable view.
-pub(crate) fn text(v: &View) -> String {
+/// Human-readable view, as `cxc inspect` prints it (ends with a newline).
+pub fn text(v: &View) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -170,8 +170,8 @@ pub(crate) fn text(v: &View) -> String {
     s
 }
 
-/// Machine-readable view.
-pub(crate) fn json(v: &View) -> Value {
+/// Machine-readable view, as `cxc inspect --json` prints it.
+pub fn json(v: &View) -> Value {
     let state = match &v.state {
         State::Lease(l) => json!({
             "owner": l.owner,

@@ -265,11 +265,11 @@ fn lease_run_times_out_and_passes_exit_codes() {
 
 #[test]
 fn demo_exits_zero_and_lists_every_unit() {
-    let o = run(&["demo", "--workers", "3", "--units", "24"]);
+    let o = run(&["demo", "--workers", "3", "--units", "40"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("demo passed"), "{out}");
-    for u in 0..24 {
+    for u in 0..40 {
         assert!(
             out.contains(&format!(" {u}:done")),
             "unit {u} not listed:\n{out}"

@@ -1,0 +1,376 @@
+//! `cargo xtask bench [--quick] [--out DIR] [--no-criterion] [--no-xbench]`
+//!
+//! 1. Runs the criterion benches of `cxc-benches` and reads every median from criterion's
+//!    `new/estimates.json` (`median.point_estimate`, ns), keyed by `new/benchmark.json`'s
+//!    `full_id`.
+//! 2. Runs the cross-process harness `cxc-xbench` in release and reads its rows.
+//! 3. Writes `BENCHMARKS.md` (machine, date, every table with ours, baseline, ratio, the
+//!    seed's ratio, target, met?) and `benchmarks.svg` (ratios vs targets, log scale).
+//!
+//! The full run writes into `docs/`; `--quick` (short measurements, well under 5
+//! minutes) writes into `<target>/cxc-bench/` unless `--out` says otherwise, so a quick
+//! run never overwrites the committed report.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+use crate::{cargo, root};
+
+mod report;
+
+/// Criterion settings of `--quick`.
+const QUICK_CRITERION: [&str; 6] = [
+    "--warm-up-time",
+    "0.2",
+    "--measurement-time",
+    "0.4",
+    "--sample-size",
+    "10",
+];
+
+struct Opts {
+    quick: bool,
+    out: Option<PathBuf>,
+    criterion: bool,
+    xbench: bool,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        quick: false,
+        out: None,
+        criterion: true,
+        xbench: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--out" => o.out = Some(it.next().ok_or("--out needs a directory")?.into()),
+            "--no-criterion" => o.criterion = false,
+            "--no-xbench" => o.xbench = false,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() { d } else { root().join(d) }
+        }
+        None => root().join("target"),
+    }
+}
+
+/// Entry point.
+pub(crate) fn run(args: &[String]) -> ExitCode {
+    let opts = match parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("xtask bench: {e}");
+            eprintln!(
+                "usage: cargo xtask bench [--quick] [--out DIR] [--no-criterion] [--no-xbench]"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match bench(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(opts: &Opts) -> Result<(), String> {
+    let work = target_dir().join("cxc-bench");
+    let crit_home = work.join("criterion");
+    let mut medians = BTreeMap::new();
+    if opts.criterion {
+        let _ = std::fs::remove_dir_all(&crit_home);
+        let mut cmd = cargo();
+        cmd.current_dir(root())
+            .env("CRITERION_HOME", &crit_home)
+            .args(["bench", "-p", "cxc-benches", "--benches"])
+            .arg("--");
+        if opts.quick {
+            cmd.args(QUICK_CRITERION);
+        }
+        status(cmd)?;
+        collect_criterion(&crit_home, &mut medians)?;
+        eprintln!("xtask bench: {} criterion medians", medians.len());
+    }
+    let mut rows = BTreeMap::new();
+    let mut notes = BTreeMap::new();
+    if opts.xbench {
+        let mut cmd = cargo();
+        cmd.current_dir(root())
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "-p",
+                "cxc-benches",
+                "--bin",
+                "cxc-xbench",
+            ])
+            .arg("--");
+        if opts.quick {
+            cmd.arg("--quick");
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("{cmd:?} failed: {}", out.status));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        parse_xbench(&text, &mut rows, &mut notes);
+        eprintln!("xtask bench: {} cross-process rows", rows.len());
+    }
+    let data = Data {
+        crit: medians,
+        rows,
+        notes,
+        quick: opts.quick,
+    };
+    let out_dir = match &opts.out {
+        Some(d) => d.clone(),
+        None if opts.quick => work.clone(),
+        None => root().join("docs"),
+    };
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let report = report::render(&data, &machine());
+    let md = out_dir.join("BENCHMARKS.md");
+    let svg = out_dir.join("benchmarks.svg");
+    std::fs::write(&md, report.markdown).map_err(|e| format!("{}: {e}", md.display()))?;
+    std::fs::write(&svg, report.svg).map_err(|e| format!("{}: {e}", svg.display()))?;
+    eprintln!("xtask bench: wrote {} and {}", md.display(), svg.display());
+    Ok(())
+}
+
+fn status(mut cmd: Command) -> Result<(), String> {
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("{cmd:?} failed: {s}")),
+        Err(e) => Err(format!("cannot run {cmd:?}: {e}")),
+    }
+}
+
+/// Everything a report is made from.
+pub(crate) struct Data {
+    /// Criterion medians in ns, by full id (`group/case/impl`).
+    pub(crate) crit: BTreeMap<String, f64>,
+    /// Cross-process rows by id.
+    pub(crate) rows: BTreeMap<String, Row>,
+    /// Notes from the harness, by key.
+    pub(crate) notes: BTreeMap<String, String>,
+    /// Whether this was a quick run.
+    pub(crate) quick: bool,
+}
+
+/// One cross-process row.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub(crate) median: f64,
+    pub(crate) p99: f64,
+    pub(crate) n: usize,
+}
+
+fn collect_criterion(dir: &Path, out: &mut BTreeMap<String, f64>) -> Result<(), String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => return Err(format!("{}: {e}", dir.display())),
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if path.file_name().is_some_and(|n| n == "new") {
+            let (Ok(bench), Ok(est)) = (
+                std::fs::read_to_string(path.join("benchmark.json")),
+                std::fs::read_to_string(path.join("estimates.json")),
+            ) else {
+                continue;
+            };
+            let id = json_string(&bench, "full_id");
+            let median = json_object(&est, "median").and_then(|m| json_number(m, "point_estimate"));
+            if let (Some(id), Some(m)) = (id, median) {
+                out.insert(id, m);
+            }
+        } else {
+            collect_criterion(&path, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The string value of the first `"key":"..."` in `json` (no escapes expected in ids).
+fn json_string(json: &str, key: &str) -> Option<String> {
+    let rest = after_key(json, key)?;
+    let rest = rest.strip_prefix('"')?;
+    Some(rest[..rest.find('"')?].to_string())
+}
+
+/// The text of the object value of the first `"key":{...}` in `json`.
+fn json_object<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let rest = after_key(json, key)?;
+    let rest = rest.strip_prefix('{')?;
+    let mut depth = 1;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&rest[..i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The number value of the first `"key":<number>` in `json`.
+fn json_number(json: &str, key: &str) -> Option<f64> {
+    let rest = after_key(json, key)?;
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+fn after_key<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!("\"{key}\"");
+    let i = json.find(&pat)?;
+    let rest = json[i + pat.len()..].trim_start();
+    Some(rest.strip_prefix(':')?.trim_start())
+}
+
+fn parse_xbench(
+    text: &str,
+    rows: &mut BTreeMap<String, Row>,
+    notes: &mut BTreeMap<String, String>,
+) {
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        match f.as_slice() {
+            ["row", id, _unit, median, p99, n] => {
+                if let (Ok(median), Ok(p99), Ok(n)) = (median.parse(), p99.parse(), n.parse()) {
+                    rows.insert(id.to_string(), Row { median, p99, n });
+                }
+            }
+            ["note", key, text] => {
+                notes.insert(key.to_string(), text.to_string());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The machine a report was measured on.
+pub(crate) struct Machine {
+    pub(crate) cpus: usize,
+    pub(crate) cpu_model: String,
+    pub(crate) kernel: String,
+    pub(crate) rustc: String,
+    pub(crate) date: String,
+}
+
+fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| format!("Linux {}", s.trim()))
+        .unwrap_or_else(|_| std::env::consts::OS.into());
+    let rustc = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .arg("-V")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model,
+        kernel,
+        rustc,
+        date: utc_now(),
+    }
+}
+
+/// The current UTC date and time, `YYYY-MM-DD HH:MM UTC`.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extracts_criterion_fields() {
+        let est = r#"{"mean":{"confidence_interval":{"confidence_level":0.95,"lower_bound":1.0,"upper_bound":2.0},"point_estimate":1.5,"standard_error":0.1},"median":{"confidence_interval":{"confidence_level":0.95,"lower_bound":3.0,"upper_bound":4.0},"point_estimate":3.25e1,"standard_error":0.1}}"#;
+        let m = json_object(est, "median").unwrap();
+        assert_eq!(json_number(m, "point_estimate"), Some(32.5));
+        let b = r#"{"group_id":"owner_lease","function_id":"acquire_release/lease","value_str":null,"full_id":"owner_lease/acquire_release/lease","directory_name":"owner_lease/acquire_release_lease"}"#;
+        assert_eq!(
+            json_string(b, "full_id").as_deref(),
+            Some("owner_lease/acquire_release/lease")
+        );
+    }
+
+    #[test]
+    fn parses_rows_and_notes() {
+        let mut rows = BTreeMap::new();
+        let mut notes = BTreeMap::new();
+        parse_xbench(
+            "row\thandoff/lease\tns\t10.0\t20.0\t5\nnote\tk\tsome text\nnoise\n",
+            &mut rows,
+            &mut notes,
+        );
+        assert_eq!(rows["handoff/lease"].median, 10.0);
+        assert_eq!(rows["handoff/lease"].n, 5);
+        assert_eq!(notes["k"], "some text");
+    }
+
+    #[test]
+    fn civil_date_is_plausible() {
+        let d = utc_now();
+        assert!(d.ends_with(" UTC") && d.len() == 20, "{d}");
+    }
+}

@@ -1,0 +1,970 @@
+//! Renders `BENCHMARKS.md` and `benchmarks.svg` from one run's numbers.
+//!
+//! Which benchmark is compared with which baseline, the seeds' published ratios and the
+//! targets are fixed here; every measured number comes from the run. Explanations for
+//! missed targets come from `benches/notes.md` (a `## <key>` section per target row) and
+//! are printed only for rows that missed in this run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::{Data, Machine, Row};
+
+/// The rendered report.
+pub(crate) struct Report {
+    pub(crate) markdown: String,
+    pub(crate) svg: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    None,
+    /// The value must be at most this.
+    Max(f64),
+    /// The value must be at least this.
+    Min(f64),
+}
+
+impl Target {
+    fn met(self, v: Option<f64>) -> Option<bool> {
+        match (self, v) {
+            (Target::Max(t), Some(v)) => Some(v <= t),
+            (Target::Min(t), Some(v)) => Some(v >= t),
+            _ => None,
+        }
+    }
+
+    fn show(self, unit: &str) -> String {
+        match self {
+            Target::None => "—".into(),
+            Target::Max(t) => format!("≤ {}{unit}", trim(t)),
+            Target::Min(t) => format!("≥ {}{unit}", trim(t)),
+        }
+    }
+}
+
+/// A row of the targets summary (and, for ratios, a bar of the chart).
+struct Goal {
+    key: String,
+    label: String,
+    value: Option<f64>,
+    unit: &'static str,
+    seed: Option<f64>,
+    target: Target,
+    /// Plotted on the ratio chart.
+    ratio: bool,
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn ns(v: Option<f64>) -> String {
+    match v {
+        None => "—".into(),
+        Some(v) if v < 1e3 => format!("{v:.2} ns"),
+        Some(v) if v < 1e6 => format!("{:.2} µs", v / 1e3),
+        Some(v) if v < 1e9 => format!("{:.2} ms", v / 1e6),
+        Some(v) => format!("{:.2} s", v / 1e9),
+    }
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or("—".into(), |r| format!("{r:.2}"))
+}
+
+fn met(m: Option<bool>) -> &'static str {
+    match m {
+        Some(true) => "met",
+        Some(false) => "**missed**",
+        None => "—",
+    }
+}
+
+fn div(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// One criterion comparison: `ours` vs `base` (std Mutex or the seed's baseline) and
+/// optionally `alt` (parking_lot).
+struct Crit {
+    key: &'static str,
+    case: &'static str,
+    ours: &'static str,
+    base: &'static str,
+    alt: Option<&'static str>,
+    seed: Option<f64>,
+    target: Target,
+}
+
+const fn c(
+    key: &'static str,
+    case: &'static str,
+    ours: &'static str,
+    base: &'static str,
+    alt: Option<&'static str>,
+    seed: Option<f64>,
+    target: Target,
+) -> Crit {
+    Crit {
+        key,
+        case,
+        ours,
+        base,
+        alt,
+        seed,
+        target,
+    }
+}
+
+// Seed 000: std Mutex lock+unlock was 16.75 ns; beat 2.62 ns, am_i_owner 1.28 ns.
+const OWNER_LEASE: [Crit; 6] = [
+    c(
+        "lease.acquire_release",
+        "acquire_release",
+        "owner_lease/acquire_release/lease",
+        "owner_lease/acquire_release/std_mutex",
+        Some("owner_lease/acquire_release/parking_lot"),
+        Some(1.43),
+        Target::Max(1.0),
+    ),
+    c(
+        "lease.with_lease",
+        "with_lease",
+        "owner_lease/with_lease/lease",
+        "owner_lease/with_lease/std_mutex",
+        Some("owner_lease/with_lease/parking_lot"),
+        Some(2.22),
+        Target::Max(1.5),
+    ),
+    c(
+        "lease.read_as_owner_held",
+        "read_as_owner (held)",
+        "owner_lease/read_as_owner_held/lease",
+        "owner_lease/read_as_owner_held/std_mutex",
+        Some("owner_lease/read_as_owner_held/parking_lot"),
+        Some(0.57),
+        Target::Max(0.15),
+    ),
+    c(
+        "lease.write_as_owner_held",
+        "write_as_owner (held)",
+        "owner_lease/write_as_owner_held/lease",
+        "owner_lease/write_as_owner_held/std_mutex",
+        Some("owner_lease/write_as_owner_held/parking_lot"),
+        Some(0.80),
+        Target::Max(0.80),
+    ),
+    c(
+        "lease.am_i_owner",
+        "am_i_owner (vs lock+unlock)",
+        "owner_lease/am_i_owner/lease",
+        "owner_lease/acquire_release/std_mutex",
+        Some("owner_lease/acquire_release/parking_lot"),
+        Some(1.28 / 16.75),
+        Target::Max(0.10),
+    ),
+    c(
+        "lease.beat",
+        "beat (vs lock+unlock)",
+        "owner_lease/beat/lease",
+        "owner_lease/acquire_release/std_mutex",
+        Some("owner_lease/acquire_release/parking_lot"),
+        Some(2.62 / 16.75),
+        Target::Max(0.20),
+    ),
+];
+
+const HEARTBEAT: [Crit; 4] = [
+    c(
+        "heartbeat.beat",
+        "beat",
+        "heartbeat/beat/heartbeat",
+        "heartbeat/beat/std_mutex",
+        Some("heartbeat/beat/parking_lot"),
+        None,
+        Target::None,
+    ),
+    c(
+        "heartbeat.snapshot",
+        "snapshot",
+        "heartbeat/snapshot/heartbeat",
+        "heartbeat/snapshot/std_mutex",
+        Some("heartbeat/snapshot/parking_lot"),
+        None,
+        Target::None,
+    ),
+    c(
+        "heartbeat.mark_in_flight",
+        "mark_in_flight (mark + clear)",
+        "heartbeat/mark_in_flight/heartbeat",
+        "heartbeat/mark_in_flight/std_mutex",
+        Some("heartbeat/mark_in_flight/parking_lot"),
+        None,
+        Target::None,
+    ),
+    c(
+        "heartbeat.register_unregister",
+        "register + unregister",
+        "heartbeat/register_unregister/heartbeat",
+        "heartbeat/register_unregister/std_mutex",
+        None,
+        None,
+        Target::None,
+    ),
+];
+
+// Seed 002: scan 64 alive 752.76 ns vs Vec<Mutex> 1.05 µs.
+const FAILOVER: [Crit; 4] = [
+    c(
+        "failover.scan_64_alive",
+        "scan 64 alive",
+        "failover/scan_64_alive/watchdog",
+        "failover/scan_64_alive/vec_mutex",
+        None,
+        Some(0.72),
+        Target::Max(0.25),
+    ),
+    c(
+        "failover.scan_64_4dead",
+        "scan 64, 4 dead",
+        "failover/scan_64_4dead/watchdog",
+        "failover/scan_64_4dead/vec_mutex",
+        None,
+        None,
+        Target::None,
+    ),
+    c(
+        "failover.scan_1024_alive",
+        "scan 1024 alive",
+        "failover/scan_1024_alive/watchdog",
+        "failover/scan_1024_alive/vec_mutex",
+        None,
+        None,
+        Target::Max(0.25),
+    ),
+    c(
+        "failover.iter_bits",
+        "iter_in_flight_bits (6 bits) vs naive 64-bit loop",
+        "failover/iter_in_flight_bits/watchdog",
+        "failover/iter_in_flight_bits/naive_loop",
+        None,
+        None,
+        Target::None,
+    ),
+];
+
+// Seed 004: try_acquire 2.02 vs 16.84 ns, acquire+release 16.07 vs 46.51, available 1.19 vs 16.69.
+const SEMAPHORE: [Crit; 3] = [
+    c(
+        "semaphore.try_acquire",
+        "try_acquire (+ drop)",
+        "shared_semaphore/try_acquire/semaphore",
+        "shared_semaphore/try_acquire/mutex_condvar",
+        None,
+        Some(2.02 / 16.84),
+        Target::None,
+    ),
+    c(
+        "semaphore.acquire_release",
+        "acquire + release",
+        "shared_semaphore/acquire_release/semaphore",
+        "shared_semaphore/acquire_release/mutex_condvar",
+        None,
+        Some(16.07 / 46.51),
+        Target::Max(0.20),
+    ),
+    c(
+        "semaphore.available",
+        "available",
+        "shared_semaphore/available/semaphore",
+        "shared_semaphore/available/mutex_condvar",
+        None,
+        Some(1.19 / 16.69),
+        Target::Max(0.10),
+    ),
+];
+
+fn crit_table(
+    md: &mut String,
+    goals: &mut Vec<Goal>,
+    data: &Data,
+    rows: &[Crit],
+    base_name: &str,
+    alt_name: Option<&str>,
+) {
+    let get = |id: &str| data.crit.get(id).copied();
+    if rows.iter().all(|r| get(r.ours).is_none()) {
+        md.push_str("_Not measured in this run._\n\n");
+        return;
+    }
+    let _ = write!(md, "| case | ours | {base_name} | ours/{base_name} |");
+    if let Some(a) = alt_name {
+        let _ = write!(md, " {a} | ours/{a} |");
+    }
+    md.push_str(" seed ratio | target | met? |\n|---|---:|---:|---:|");
+    if alt_name.is_some() {
+        md.push_str("---:|---:|");
+    }
+    md.push_str("---:|---:|---|\n");
+    for r in rows {
+        let (o, b) = (get(r.ours), get(r.base));
+        let q = div(o, b);
+        let _ = write!(md, "| {} | {} | {} | {} |", r.case, ns(o), ns(b), ratio(q));
+        if alt_name.is_some() {
+            let a = r.alt.and_then(get);
+            let _ = write!(md, " {} | {} |", ns(a), ratio(div(o, a)));
+        }
+        let _ = writeln!(
+            md,
+            " {} | {} | {} |",
+            ratio(r.seed),
+            r.target.show(""),
+            met(r.target.met(q))
+        );
+        goals.push(Goal {
+            key: r.key.into(),
+            label: format!("{} / {base_name}", r.case),
+            value: q,
+            unit: "",
+            seed: r.seed,
+            target: r.target,
+            ratio: true,
+        });
+    }
+    md.push('\n');
+}
+
+fn xrow<'a>(data: &'a Data, id: &str) -> Option<&'a Row> {
+    data.rows.get(id)
+}
+
+fn xmed(data: &Data, id: &str) -> Option<f64> {
+    xrow(data, id).map(|r| r.median)
+}
+
+fn samples(data: &Data, id: &str) -> String {
+    xrow(data, id).map_or("—".into(), |r| r.n.to_string())
+}
+
+fn xproc_latency_table(
+    md: &mut String,
+    data: &Data,
+    prefix: &str,
+    kinds: &[(&str, &str)],
+    base: &str,
+    extra: impl Fn(&str, Option<f64>) -> (String, String),
+) {
+    let _ = writeln!(
+        md,
+        "| implementation | median | p99 | median / {base} | target | met? | samples |\n|---|---:|---:|---:|---:|---|---:|"
+    );
+    let b = xmed(data, &format!("{prefix}/{base}"));
+    for (kind, label) in kinds {
+        let id = format!("{prefix}/{kind}");
+        let r = xrow(data, &id);
+        let q = div(r.map(|r| r.median), b);
+        let (target, m) = extra(kind, q);
+        let _ = writeln!(
+            md,
+            "| {label} | {} | {} | {} | {target} | {m} | {} |",
+            ns(r.map(|r| r.median)),
+            ns(r.map(|r| r.p99)),
+            ratio(q),
+            samples(data, &id)
+        );
+    }
+    md.push('\n');
+}
+
+const LOCK_KINDS: [(&str, &str); 4] = [
+    ("lease", "OwnerLease (blocking acquire)"),
+    ("futex_mutex", "futex mutex (Drepper)"),
+    ("robust_pthread", "robust pthread mutex"),
+    ("flock", "flock"),
+];
+
+/// Renders the report.
+pub(crate) fn render(data: &Data, m: &Machine) -> Report {
+    let mut md = String::new();
+    let mut goals: Vec<Goal> = Vec::new();
+    let mut body = String::new();
+
+    // Criterion tables.
+    body.push_str("## Single-process micro-benchmarks (criterion)\n\n");
+    body.push_str(
+        "Medians of criterion samples (`median.point_estimate`), same run, same machine. \
+         The seed ratio is the seed's published ours/baseline (measured on another machine); \
+         compare ratios, not nanoseconds.\n\n",
+    );
+    body.push_str("### OwnerLease vs `std::sync::Mutex` / `parking_lot::Mutex` (seed 000)\n\n");
+    crit_table(
+        &mut body,
+        &mut goals,
+        data,
+        &OWNER_LEASE,
+        "std Mutex",
+        Some("parking_lot"),
+    );
+    body.push_str("### HeartbeatTable vs a mutex-guarded slot\n\n");
+    crit_table(
+        &mut body,
+        &mut goals,
+        data,
+        &HEARTBEAT,
+        "std Mutex",
+        Some("parking_lot"),
+    );
+    body.push_str("### FailoverWatchdog vs `Vec<Mutex<NaiveSlot>>` (seed 002)\n\n");
+    body.push_str(
+        "The 4-dead case keeps exactly 4 stale slots for the whole measurement (clock epochs \
+         with a one-day tick: a scan does not advance the epoch). The seed's bench ticked the \
+         epoch on every scan, so after `grace` iterations it was scanning 64 dead slots.\n\n",
+    );
+    crit_table(&mut body, &mut goals, data, &FAILOVER, "Vec<Mutex>", None);
+    let bits = data
+        .crit
+        .get("failover/iter_in_flight_bits/watchdog")
+        .map(|v| v / 6.0);
+    let _ = writeln!(
+        body,
+        "iter_in_flight_bits: **{}** per set bit (seed 8.5 ns/bit; target ≤ 2 ns/bit: {}).\n",
+        ns(bits),
+        met(Target::Max(2.0).met(bits))
+    );
+    goals.push(Goal {
+        key: "failover.iter_bits_per_bit".into(),
+        label: "iter_in_flight_bits, ns per bit".into(),
+        value: bits,
+        unit: " ns",
+        seed: Some(8.5),
+        target: Target::Max(2.0),
+        ratio: false,
+    });
+    body.push_str("### SharedSemaphore vs `Arc<(Mutex<u32>, Condvar)>` (seed 004)\n\n");
+    body.push_str(
+        "`SharedSemaphore` always tracks permit holders (dead holders' permits are \
+         reclaimed, like SysV `SEM_UNDO`); it has no untracked mode to compare.\n\n",
+    );
+    crit_table(
+        &mut body,
+        &mut goals,
+        data,
+        &SEMAPHORE,
+        "Mutex+Condvar",
+        None,
+    );
+
+    // Cross-process tables.
+    body.push_str("## Cross-process measurements (`cxc-xbench`)\n\n");
+    body.push_str(
+        "Real processes on shared files in a temporary directory; timestamps are \
+         `CLOCK_MONOTONIC`, so one process's timestamp can be subtracted from another's. \
+         Median and p99 over all samples (first 5 % of round trips dropped as warm-up).\n\n",
+    );
+    body.push_str("### Handoff round trip\n\n");
+    body.push_str(
+        "Two processes pass three locks around (A holds {0,1}, B holds {2}; each step \
+         unlocks one and blocks on the one the other holds), so every step is a handoff to \
+         a blocked waiter and nobody can barge. One round trip = two handoffs. The raw \
+         futex ping-pong (store + `FUTEX_WAKE`, `FUTEX_WAIT` for the reply) is the floor.\n\n",
+    );
+    let mut kinds: Vec<(&str, &str)> = LOCK_KINDS.to_vec();
+    kinds.push(("raw_futex", "raw futex ping-pong"));
+    let handoff_q = div(xmed(data, "handoff/lease"), xmed(data, "handoff/raw_futex"));
+    xproc_latency_table(&mut body, data, "handoff", &kinds, "raw_futex", |k, q| {
+        if k == "lease" {
+            (
+                Target::Max(1.3).show(""),
+                met(Target::Max(1.3).met(q)).into(),
+            )
+        } else {
+            ("—".into(), "—".into())
+        }
+    });
+    goals.push(Goal {
+        key: "xproc.handoff".into(),
+        label: "blocking handoff RTT / raw futex RTT".into(),
+        value: handoff_q,
+        unit: "",
+        seed: None,
+        target: Target::Max(1.3),
+        ratio: true,
+    });
+
+    body.push_str("### Contended throughput (2 processes)\n\n");
+    let tput_time = if data.quick { "0.3 s" } else { "1 s" };
+    let _ = writeln!(
+        body,
+        "Two processes lock, read the protected value, write it + 1 and unlock, for {tput_time} \
+         per trial (the lease writes its payload through its fenced write; the others a word \
+         in shared memory). The final value is checked against the operation count.\n"
+    );
+    body.push_str(
+        "| implementation | median ops/s | p99 of trials | median / robust pthread | target | met? | trials |\n|---|---:|---:|---:|---:|---|---:|\n",
+    );
+    let tb = xmed(data, "throughput/robust_pthread");
+    let mut tput_kinds = LOCK_KINDS.to_vec();
+    tput_kinds.insert(
+        1,
+        (
+            "lease_with_lease",
+            "OwnerLease (`with_lease`, blocking when held)",
+        ),
+    );
+    for (kind, label) in tput_kinds {
+        let id = format!("throughput/{kind}");
+        let r = xrow(data, &id);
+        let q = div(r.map(|r| r.median), tb);
+        let (t, mm) = if kind == "lease" {
+            (Target::Min(1.0).show(""), met(Target::Min(1.0).met(q)))
+        } else {
+            ("—".into(), "—")
+        };
+        let _ = writeln!(
+            body,
+            "| {label} | {} | {} | {} | {t} | {mm} | {} |",
+            r.map_or("—".into(), |r| format!("{:.0}", r.median)),
+            r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
+            ratio(q),
+            samples(data, &id)
+        );
+        if kind == "lease" {
+            goals.push(Goal {
+                key: "xproc.throughput".into(),
+                label: "contended throughput / robust pthread".into(),
+                value: q,
+                unit: "",
+                seed: None,
+                target: Target::Min(1.0),
+                ratio: true,
+            });
+        }
+    }
+    body.push('\n');
+
+    body.push_str("### Failover latency after SIGKILL\n\n");
+    body.push_str(
+        "The holder process is SIGKILLed while a second process is blocked waiting; latency \
+         is from just before `kill` to the waiter's lock call returning. `lease_os`: the \
+         holder claimed for its own pid, the waiter sees the OS identity (pid + start time) \
+         die. `lease_heartbeat`: the holder claimed for a pid with no OS identity, so only \
+         heartbeat staleness frees the lease.",
+    );
+    if let Some(n) = data.notes.get("failover_heartbeat") {
+        let _ = write!(body, " Settings: {n}.");
+    }
+    body.push_str(" Robust mutex: `EOWNERDEAD`; flock: released when the kernel closes the dead holder's files.\n\n");
+    let fo = [
+        ("lease_os", "OwnerLease, OS-identity path"),
+        ("lease_heartbeat", "OwnerLease, heartbeat path"),
+        ("robust_pthread", "robust pthread mutex (EOWNERDEAD)"),
+        ("flock", "flock"),
+    ];
+    let os = xrow(data, "failover/lease_os");
+    let os_med = Target::Max(1e6).met(os.map(|r| r.median));
+    let os_p99 = Target::Max(5e6).met(os.map(|r| r.p99));
+    xproc_latency_table(
+        &mut body,
+        data,
+        "failover",
+        &fo,
+        "robust_pthread",
+        |k, _| {
+            if k == "lease_os" {
+                (
+                    "median ≤ 1 ms, p99 ≤ 5 ms".into(),
+                    format!("{} / {}", met(os_med), met(os_p99)),
+                )
+            } else {
+                ("—".into(), "—".into())
+            }
+        },
+    );
+    goals.push(Goal {
+        key: "xproc.failover_os_median".into(),
+        label: "failover after SIGKILL (OS identity), median".into(),
+        value: os.map(|r| r.median / 1e6),
+        unit: " ms",
+        seed: None,
+        target: Target::Max(1.0),
+        ratio: false,
+    });
+    goals.push(Goal {
+        key: "xproc.failover_os_p99".into(),
+        label: "failover after SIGKILL (OS identity), p99".into(),
+        value: os.map(|r| r.p99 / 1e6),
+        unit: " ms",
+        seed: None,
+        target: Target::Max(5.0),
+        ratio: false,
+    });
+
+    body.push_str("### CPU of a blocked waiter\n\n");
+    body.push_str(
+        "A process blocks for 1 s on a lock the parent holds (or an empty semaphore) and \
+         times out; CPU time (user + system, `getrusage`) over the call, in % of one core.\n\n\
+         | waiter | median CPU | p99 of trials | target | met? | trials |\n|---|---:|---:|---:|---|---:|\n",
+    );
+    for (kind, label) in [
+        ("lease", "OwnerLease::acquire"),
+        ("semaphore", "SharedSemaphore::acquire_timeout"),
+        ("robust_pthread", "pthread_mutex_timedlock"),
+        ("sysv", "semtimedop"),
+    ] {
+        let id = format!("blocked_cpu/{kind}");
+        let r = xrow(data, &id);
+        let ours = matches!(kind, "lease" | "semaphore");
+        let t = if ours { Target::Max(1.0) } else { Target::None };
+        let v = r.map(|r| r.median);
+        let _ = writeln!(
+            body,
+            "| {label} | {} | {} | {} | {} | {} |",
+            r.map_or("—".into(), |r| format!("{:.3} %", r.median)),
+            r.map_or("—".into(), |r| format!("{:.3} %", r.p99)),
+            if ours {
+                "< 1 %".into()
+            } else {
+                "—".to_string()
+            },
+            met(t.met(v)),
+            samples(data, &id)
+        );
+        if ours && r.is_some() {
+            goals.push(Goal {
+                key: format!("xproc.cpu_{kind}"),
+                label: format!("CPU of a waiter blocked 1 s ({label})"),
+                value: v,
+                unit: " %",
+                seed: None,
+                target: Target::Max(1.0),
+                ratio: false,
+            });
+        }
+    }
+    body.push('\n');
+
+    body.push_str("### Semaphore permit handoff\n\n");
+    if xrow(data, "sem_handoff/semaphore").is_some() {
+        body.push_str(
+            "Two semaphores of 0/1 permits used as a ping-pong: A releases `s1` and blocks on \
+             `s2`, B blocks on `s1` and releases `s2`. One round trip = two permit handoffs \
+             to a sleeping acquirer.\n\n",
+        );
+        xproc_latency_table(
+            &mut body,
+            data,
+            "sem_handoff",
+            &[("semaphore", "SharedSemaphore"), ("sysv", "SysV semop")],
+            "sysv",
+            |_, _| ("—".into(), "—".into()),
+        );
+    } else {
+        body.push_str("_Not measured in this run._\n\n");
+    }
+
+    body.push_str("### Sidecar: AdaptiveSpin vs fixed strategies\n\n");
+    sidecar_table(&mut body, &mut goals, data);
+
+    // Header and summary.
+    md.push_str("# Benchmarks\n\n");
+    if data.quick {
+        md.push_str(
+            "> **Quick run** (`cargo xtask bench --quick`): short measurements, indicative \
+             only. The committed report comes from a full `cargo xtask bench`.\n\n",
+        );
+    }
+    let _ = writeln!(
+        md,
+        "Generated by `cargo xtask bench` on {}.\n\n| machine | |\n|---|---|\n| CPU | {} |\n| logical CPUs | {} |\n| kernel | {} |\n| rustc | {} |\n",
+        m.date, m.cpu_model, m.cpus, m.kernel, m.rustc
+    );
+    md.push_str(
+        "The machine is shared and noisy (other builds run beside the benches), so every \
+         figure is a median; re-run `cargo xtask bench` to reproduce. The chart \
+         (`benchmarks.svg`) plots every ratio against its target and the seed's ratio.\n\n\
+         ![ratios vs targets](benchmarks.svg)\n\n## Targets\n\n\
+         | target | measured | seed | target | met? |\n|---|---:|---:|---:|---|\n",
+    );
+    for g in goals.iter().filter(|g| !matches!(g.target, Target::None)) {
+        let v = g.value.map_or("—".into(), |v| format!("{v:.2}{}", g.unit));
+        let s = g.seed.map_or("—".into(), |s| format!("{s:.2}{}", g.unit));
+        let _ = writeln!(
+            md,
+            "| {} | {v} | {s} | {} | {} |",
+            g.label,
+            g.target.show(g.unit),
+            met(g.target.met(g.value))
+        );
+    }
+    md.push('\n');
+    md.push_str(&body);
+
+    // Explanations of misses.
+    let notes = load_notes();
+    let missed: Vec<&Goal> = goals
+        .iter()
+        .filter(|g| g.target.met(g.value) == Some(false))
+        .collect();
+    md.push_str("## Why targets were missed\n\n");
+    if missed.is_empty() {
+        md.push_str("Every measured target was met in this run.\n\n");
+    }
+    for g in &missed {
+        let _ = writeln!(
+            md,
+            "### {} ({} vs target {})\n",
+            g.label,
+            g.value.map_or("—".into(), |v| format!("{v:.2}{}", g.unit)),
+            g.target.show(g.unit)
+        );
+        match notes.get(&g.key) {
+            Some(n) => {
+                md.push_str(n.trim());
+                md.push_str("\n\n");
+            }
+            None => {
+                md.push_str("_No analysis recorded yet (add a section to `benches/notes.md`)._\n\n")
+            }
+        }
+    }
+    if let Some(n) = notes.get("always") {
+        md.push_str(n.trim());
+        md.push('\n');
+    }
+    Report {
+        markdown: md,
+        svg: svg(&goals),
+    }
+}
+
+fn sidecar_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    let strategies = [
+        ("adaptive", "AdaptiveSpin (sidecar)"),
+        ("park", "always park"),
+        ("spin", "always spin"),
+        ("raw_spin", "raw spin ping-pong (floor)"),
+    ];
+    if !data.rows.keys().any(|k| k.starts_with("sidecar/")) {
+        md.push_str("_Not measured in this run._\n\n");
+        return;
+    }
+    md.push_str(
+        "The lease handoff of the table above with a hold time: each process holds the lock \
+         for the stated time before passing it on. The strategy is published in the file's \
+         `HandshakeHeader`, so it applies to both processes; AdaptiveSpin runs in a sidecar \
+         thread of the parent and chooses from observed waits (after a warm-up). CPU is both \
+         processes' CPU time over the measured phase, in % of one core.\n\n",
+    );
+    if let Some(n) = data.notes.get("sidecar") {
+        let _ = writeln!(md, "{n}.\n");
+    }
+    md.push_str(
+        "| hold | strategy | RTT median | RTT p99 | RTT / raw spin | CPU | target | met? |\n|---|---|---:|---:|---:|---:|---:|---|\n",
+    );
+    for hold in ["short", "long"] {
+        let floor = xmed(data, &format!("sidecar/{hold}/raw_spin"));
+        for (s, label) in strategies {
+            let id = format!("sidecar/{hold}/{s}");
+            let Some(r) = xrow(data, &id) else { continue };
+            let cpu = xrow(data, &format!("sidecar_cpu/{hold}/{s}"));
+            let q = div(Some(r.median), floor);
+            let t = if hold == "short" && s == "adaptive" {
+                Target::Max(3.0)
+            } else {
+                Target::None
+            };
+            let _ = writeln!(
+                md,
+                "| {hold} | {label} | {} | {} | {} | {} | {} | {} |",
+                ns(Some(r.median)),
+                ns(Some(r.p99)),
+                ratio(q),
+                cpu.map_or("—".into(), |c| format!("{:.0} %", c.median)),
+                t.show(""),
+                met(t.met(q))
+            );
+            if matches!(t, Target::Max(_)) {
+                goals.push(Goal {
+                    key: "xproc.sidecar_short".into(),
+                    label: "AdaptiveSpin, short holds: RTT / raw spin RTT".into(),
+                    value: q,
+                    unit: "",
+                    seed: None,
+                    target: t,
+                    ratio: true,
+                });
+            }
+        }
+    }
+    md.push('\n');
+}
+
+/// `benches/notes.md`: `## key` sections.
+fn load_notes() -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(crate::root().join("benches/notes.md")).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    let mut key: Option<String> = None;
+    let mut buf = String::new();
+    for line in text.lines() {
+        if let Some(k) = line.strip_prefix("## ") {
+            if let Some(k0) = key.take() {
+                out.insert(k0, std::mem::take(&mut buf));
+            }
+            key = Some(k.trim().to_string());
+            buf.clear();
+        } else if key.is_some() {
+            buf.push_str(line);
+            buf.push('\n');
+        }
+    }
+    if let Some(k0) = key {
+        out.insert(k0, buf);
+    }
+    out
+}
+
+/// A horizontal bar chart of every ratio (log scale): the measured ratio as a bar, the
+/// seed's ratio as a grey diamond, the target as a red tick.
+fn svg(goals: &[Goal]) -> String {
+    let bars: Vec<&Goal> = goals.iter().filter(|g| g.ratio).collect();
+    let (left, width, row_h, top) = (330.0, 520.0, 22.0, 40.0);
+    let height = top + row_h * bars.len() as f64 + 50.0;
+    let (lo, hi) = (0.01f64, 100.0f64);
+    let x =
+        |v: f64| left + width * (v.clamp(lo, hi).log10() - lo.log10()) / (hi.log10() - lo.log10());
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{height}" font-family="sans-serif" font-size="11">"##,
+        w = left + width + 70.0
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect width="100%" height="100%" fill="white"/><text x="10" y="20" font-size="14" font-weight="bold">cxc: ours / baseline (log scale; lower is better except throughput)</text>"##
+    );
+    for t in [0.01, 0.1, 1.0, 10.0, 100.0] {
+        let xx = x(t);
+        let stroke = if t == 1.0 { "#888" } else { "#ddd" };
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{:.1}" stroke="{stroke}"/><text x="{xx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            height - 35.0,
+            height - 22.0,
+            trim(t)
+        );
+    }
+    for (i, g) in bars.iter().enumerate() {
+        let y = top + row_h * i as f64;
+        let _ = writeln!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            left - 6.0,
+            y + 15.0,
+            escape(&g.label)
+        );
+        if let Some(v) = g.value {
+            let color = match g.target.met(Some(v)) {
+                Some(true) => "#4a90d9",
+                Some(false) => "#e8833a",
+                None => "#9bbbe0",
+            };
+            let x0 = x(lo);
+            let _ = writeln!(
+                s,
+                r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="14" fill="{color}"/><text x="{:.1}" y="{:.1}">{v:.2}</text>"##,
+                y + 4.0,
+                (x(v) - x0).max(1.0),
+                x(v) + 4.0,
+                y + 15.0
+            );
+        }
+        if let Some(sd) = g.seed {
+            let (xs, ym) = (x(sd), y + 11.0);
+            let _ = writeln!(
+                s,
+                r##"<path d="M{:.1} {ym:.1} L{xs:.1} {:.1} L{:.1} {ym:.1} L{xs:.1} {:.1} Z" fill="#777"/>"##,
+                xs - 4.0,
+                ym - 5.0,
+                xs + 4.0,
+                ym + 5.0
+            );
+        }
+        if let Target::Max(t) | Target::Min(t) = g.target {
+            let xt = x(t);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{xt:.1}" y1="{:.1}" x2="{xt:.1}" y2="{:.1}" stroke="#d00" stroke-width="2"/>"##,
+                y + 1.0,
+                y + 21.0
+            );
+        }
+    }
+    let ly = height - 8.0;
+    let _ = writeln!(
+        s,
+        r##"<rect x="10" y="{:.1}" width="10" height="10" fill="#4a90d9"/><text x="24" y="{ly:.1}">met</text><rect x="60" y="{:.1}" width="10" height="10" fill="#e8833a"/><text x="74" y="{ly:.1}">missed</text><rect x="125" y="{:.1}" width="10" height="10" fill="#9bbbe0"/><text x="139" y="{ly:.1}">no target</text><path d="M205 {:.1} L209 {:.1} L213 {:.1} L209 {:.1} Z" fill="#777"/><text x="218" y="{ly:.1}">seed ratio</text><line x1="290" y1="{:.1}" x2="290" y2="{:.1}" stroke="#d00" stroke-width="2"/><text x="296" y="{ly:.1}">target</text>"##,
+        ly - 9.0,
+        ly - 9.0,
+        ly - 9.0,
+        ly - 4.0,
+        ly - 9.0,
+        ly - 4.0,
+        ly + 1.0,
+        ly - 11.0,
+        ly + 1.0
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_with_partial_data() {
+        let mut data = Data {
+            crit: BTreeMap::new(),
+            rows: BTreeMap::new(),
+            notes: BTreeMap::new(),
+            quick: true,
+        };
+        data.crit
+            .insert("owner_lease/acquire_release/lease".into(), 10.0);
+        data.crit
+            .insert("owner_lease/acquire_release/std_mutex".into(), 20.0);
+        data.rows.insert(
+            "handoff/lease".into(),
+            Row {
+                median: 5000.0,
+                p99: 9000.0,
+                n: 100,
+            },
+        );
+        let m = Machine {
+            cpus: 2,
+            cpu_model: "test".into(),
+            kernel: "Linux".into(),
+            rustc: "rustc".into(),
+            date: "2026-01-01 00:00 UTC".into(),
+        };
+        let r = render(&data, &m);
+        assert!(
+            r.markdown
+                .contains("| acquire_release | 10.00 ns | 20.00 ns | 0.50 |")
+        );
+        assert!(r.markdown.contains("Quick run"));
+        assert!(r.svg.starts_with("<svg") && r.svg.trim_end().ends_with("</svg>"));
+    }
+}

@@ -1,0 +1,587 @@
+//! Lease torture: workers claim an `OwnerLease<[u64; 6]>`, read-modify-write a
+//! checksummed payload, and log every accepted write; the supervisor kills and pauses
+//! them (preferring the current holder) and merges the logs at the end.
+//!
+//! Payload: `[seq, writer_gen, writer_pid, prev_gen, salt, checksum]`. An accepted write
+//! by claim `g` read payload `P` and published `[P.seq + 1, g, pid, P.writer_gen, ..]`.
+//!
+//! Checks (see docs/RELIABILITY.md):
+//! - torn read: every payload read (owner reads, `with_lease`, `status()`) has a valid
+//!   checksum (L4);
+//! - exclusion/fencing, live: a holder stores its generation into `max_entered`
+//!   (`fetch_max`) right after its claim; a write by claim `g` that was accepted although
+//!   `max_entered > g` or the lease's generation `> g` was observed *before* the write
+//!   started means a superseded holder published (L1/L2). A claim that is still
+//!   current although a newer claim already entered is a violation too;
+//! - stale claims (L3): after losing a claim, a worker claims again and uses the old
+//!   claim: its write, beat and release must all be refused;
+//! - merged logs: each `seq` is accepted at most once (two holders or a lost update),
+//!   generations never decrease along `seq`, consecutive entries chain
+//!   (`prev_gen(s) == gen(s-1)`), and the final payload agrees with the logs;
+//! - progress (L5): a holder that the OS shows dead is replaced within seconds, and the
+//!   supervisor can claim the lease after all workers exit.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use cxc::lease::counter;
+use cxc::{EpochMode, LeaseClaim, LeaseOptions, OwnerLease, Preemption};
+use cxc_mmf::identity::{ProcStatus, proc_status};
+
+use super::control::{Ctx, stat};
+use super::rng::Rng;
+use super::shm::Words;
+
+pub(crate) const FILE: &str = "lease.cxc";
+const AUX_FILE: &str = "lease-aux.cxc";
+const AUX_TAG: u64 = 0x4c45_4153; // "LEAS"
+const LOG_DIR: &str = "lease-log";
+/// Aux head word: the highest claim generation that entered its critical section.
+const MAX_ENTERED: usize = 0;
+
+/// Epoch tick and grace: a holder that has not beaten for 10 ticks (50 ms) is stale.
+pub(crate) const TICK: Duration = Duration::from_millis(5);
+pub(crate) const GRACE: u64 = 10;
+/// A gap longer than this between two steps of a holder means it was stopped (or starved)
+/// for longer than the grace window.
+const RESUMED_GAP: Duration = Duration::from_millis(80);
+/// A dead holder that is still the holder after this long is an L5 violation.
+const DEAD_HOLDER_LIMIT: Duration = Duration::from_secs(3);
+
+type Payload = [u64; 6];
+const LOG_RECORD: usize = 32;
+
+fn checksum(p: &Payload) -> u64 {
+    let mut h = 0x6a09_e667_f3bc_c908u64;
+    for w in &p[..5] {
+        h = super::rng::mix(h ^ w);
+    }
+    h
+}
+
+fn payload(seq: u64, generation: u64, pid: u32, prev_gen: u64, salt: u64) -> Payload {
+    let mut p = [seq, generation, u64::from(pid), prev_gen, salt, 0];
+    p[5] = checksum(&p);
+    p
+}
+
+fn valid(p: &Payload) -> bool {
+    p[5] == checksum(p)
+}
+
+/// Creates the lease and the checker files (supervisor, before any worker starts).
+pub(crate) fn setup(dir: &Path) -> Result<(), String> {
+    let opts = LeaseOptions {
+        preemption: Preemption::LowerPid,
+        epoch: EpochMode::Clock { tick: TICK },
+        ..LeaseOptions::default()
+    };
+    OwnerLease::create_with(dir.join(FILE), payload(0, 0, 0, 0, 0), &opts)
+        .map_err(|e| format!("create lease: {e}"))?;
+    Words::create(&dir.join(AUX_FILE), AUX_TAG, 0)?;
+    std::fs::create_dir_all(dir.join(LOG_DIR)).map_err(|e| format!("create log dir: {e}"))?;
+    Ok(())
+}
+
+fn open_lease(dir: &Path) -> Result<OwnerLease<Payload>, String> {
+    OwnerLease::open(dir.join(FILE)).map_err(|e| format!("open lease: {e}"))
+}
+
+/// Opens the lease and exits (what `cxc inspect` does): registers this process in the
+/// lease's identity table.
+pub(crate) fn open_only(dir: &Path) -> Result<(), String> {
+    open_lease(dir).map(drop)
+}
+
+struct Worker<'a> {
+    ctx: &'a Ctx,
+    lease: OwnerLease<Payload>,
+    aux: Words,
+    log: File,
+    rng: Rng,
+    me: u32,
+}
+
+/// A worker process: random claims, owner writes, `with_lease` updates and status reads
+/// until the supervisor sets STOP.
+pub(crate) fn worker(ctx: &Ctx, rng: Rng) -> Result<(), String> {
+    let me = std::process::id();
+    let path = ctx.dir.join(LOG_DIR).join(format!("{me}.bin"));
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    let mut w = Worker {
+        ctx,
+        lease: open_lease(&ctx.dir)?,
+        aux: Words::open(&ctx.dir.join(AUX_FILE), AUX_TAG)?,
+        log,
+        rng,
+        me,
+    };
+    while !ctx.stopping() {
+        ctx.bump(stat::L_OPS, 1);
+        match w.rng.below(100) {
+            0..60 => w.session(),
+            60..85 => w.with_lease(),
+            _ => w.observe(),
+        }
+        if w.rng.percent(50) {
+            std::thread::sleep(Duration::from_micros(w.rng.below(300)));
+        }
+    }
+    Ok(())
+}
+
+impl Worker<'_> {
+    /// Time spent inside the critical section between two steps.
+    fn think(&mut self) {
+        let us = match self.rng.below(100) {
+            0..70 => self.rng.below(200),
+            70..95 => self.rng.range(200, 2_000),
+            _ => self.rng.range(2_000, 20_000),
+        };
+        if us > 0 {
+            std::thread::sleep(Duration::from_micros(us));
+        }
+    }
+
+    /// Entering the critical section with claim `g`.
+    fn enter(&self, g: u64, claim: Option<&LeaseClaim>) {
+        let before = self.aux.head(MAX_ENTERED).fetch_max(g, Ordering::SeqCst);
+        if before > g {
+            self.ctx.bump(stat::L_STALE_ENTRY, 1);
+            if claim.is_some_and(|c| self.lease.is_current(c)) {
+                self.ctx.violate(
+                    "L1 exclusion",
+                    format_args!("claim {g} is still current although claim {before} entered"),
+                );
+            }
+        }
+    }
+
+    fn log(&mut self, seq: u64, g: u64, prev_gen: u64) {
+        let mut rec = [0u8; LOG_RECORD];
+        for (i, v) in [seq, g, prev_gen, u64::from(self.me)]
+            .into_iter()
+            .enumerate()
+        {
+            rec[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        // One write of 32 bytes (O_APPEND): a kill leaves a whole record or none.
+        if let Err(e) = self.log.write_all(&rec) {
+            panic!("lease log write failed: {e}");
+        }
+    }
+
+    /// Checks made after an accepted write: what was observed *before* the write started
+    /// must not show a newer claim.
+    fn check_accepted(&self, g: u64, entered: u64, term: u64, how: &str) {
+        if entered > g {
+            self.ctx.violate(
+                "L1/L2 fencing",
+                format_args!(
+                    "{how} by claim {g} accepted although claim {entered} had already entered"
+                ),
+            );
+        }
+        if term > g {
+            self.ctx.violate(
+                "L2 fencing",
+                format_args!(
+                    "{how} by claim {g} accepted although the lease generation was already {term}"
+                ),
+            );
+        }
+    }
+
+    fn fenced(&self, resumed: bool) {
+        self.ctx.bump(stat::L_FENCED, 1);
+        if resumed {
+            self.ctx.bump(stat::L_RESUMED_FENCED, 1);
+        }
+    }
+
+    /// Claim, one to five owner writes, release.
+    fn session(&mut self) {
+        let claim = if self.rng.percent(50) {
+            self.lease.try_claim(self.me, GRACE)
+        } else {
+            let t = Duration::from_micros(self.rng.range(100, 20_000));
+            self.lease.acquire(self.me, GRACE, t)
+        };
+        let Some(c) = claim else {
+            self.ctx.bump(stat::L_CLAIM_FAIL, 1);
+            return;
+        };
+        self.ctx.bump(stat::L_CLAIMS, 1);
+        if c.payload_may_be_inconsistent() {
+            self.ctx.bump(stat::L_TORN_CLAIMS, 1);
+        }
+        let g = c.generation();
+        self.enter(g, Some(&c));
+        let mut last = Instant::now();
+        let mut lost = false;
+        for _ in 0..self.rng.range(1, 6) {
+            if self.rng.percent(50) {
+                self.think();
+            }
+            let Some(p) = self.lease.read_claimed(&c) else {
+                self.fenced(last.elapsed() > RESUMED_GAP);
+                lost = true;
+                break;
+            };
+            if !valid(&p) {
+                self.ctx.violate(
+                    "L4 torn read",
+                    format_args!("read_claimed by claim {g} returned {p:x?}"),
+                );
+            }
+            // Read-modify-write: the claim may be lost while we "compute".
+            self.think();
+            let resumed = last.elapsed() > RESUMED_GAP;
+            if resumed {
+                self.ctx.bump(stat::L_RESUMED, 1);
+            }
+            if self.rng.percent(30) && !self.lease.beat_claimed(&c) {
+                self.fenced(resumed);
+                lost = true;
+                break;
+            }
+            let entered = self.aux.head(MAX_ENTERED).load(Ordering::SeqCst);
+            let term = self.lease.lease_term();
+            let next = payload(p[0] + 1, g, self.me, p[1], self.rng.next_u64());
+            if !self.lease.write_claimed(&c, next) {
+                self.fenced(resumed);
+                lost = true;
+                break;
+            }
+            self.ctx.bump(stat::L_WRITES, 1);
+            self.log(p[0] + 1, g, p[1]);
+            self.check_accepted(g, entered, term, "write_claimed");
+            last = Instant::now();
+        }
+        if lost && self.rng.percent(50) {
+            self.stale_after_reclaim(&c);
+        } else {
+            let _ = self.lease.release_claim(&c);
+        }
+    }
+
+    /// Seed 003's A→B→A: after losing `old`, claim again, then use the old claim. Every
+    /// operation with it must be refused and must leave the new claim alone (L3).
+    fn stale_after_reclaim(&mut self, old: &LeaseClaim) {
+        let Some(c) = self.lease.try_claim(self.me, GRACE) else {
+            let _ = self.lease.release_claim(old);
+            return;
+        };
+        let g = c.generation();
+        if g == old.generation() {
+            // Not lost after all (a read gave up under interference): plain release.
+            let _ = self.lease.release_claim(&c);
+            return;
+        }
+        self.ctx.bump(stat::L_CLAIMS, 1);
+        self.ctx.bump(stat::L_STALE_PROBES, 1);
+        self.enter(g, Some(&c));
+        let og = old.generation();
+        if self.lease.write_claimed(old, payload(0, og, self.me, 0, 0)) {
+            self.ctx.violate(
+                "L3 stale claims",
+                format_args!("write with superseded claim {og} accepted while claim {g} holds"),
+            );
+        }
+        if self.lease.beat_claimed(old) {
+            self.ctx.violate(
+                "L3 stale claims",
+                format_args!("beat with superseded claim {og} accepted while claim {g} holds"),
+            );
+        }
+        if self.lease.release_claim(old) {
+            self.ctx.violate(
+                "L3 stale claims",
+                format_args!("release of superseded claim {og} succeeded while claim {g} holds"),
+            );
+        }
+        let _ = self.lease.release_claim(&c);
+    }
+
+    /// One `with_lease` update whose closure takes a while (kills land inside it).
+    fn with_lease(&mut self) {
+        let think = match self.rng.below(100) {
+            0..60 => self.rng.below(300),
+            60..95 => self.rng.range(300, 3_000),
+            _ => self.rng.range(3_000, 10_000),
+        };
+        let salt = self.rng.next_u64();
+        let mut ran = 0;
+        let lease = &self.lease;
+        let me = self.me;
+        let r = lease.with_lease(me, GRACE, |p| {
+            // The closure runs under our claim with the WRITE bit set: the current claim
+            // is ours (no live writer is ever superseded).
+            let g = lease
+                .current_claim()
+                .filter(|c| c.pid() == me)
+                .map_or(0, |c| c.generation());
+            ran = g;
+            self.enter(g, None);
+            let old = *p;
+            if think > 0 {
+                std::thread::sleep(Duration::from_micros(think));
+            }
+            let entered = self.aux.head(MAX_ENTERED).load(Ordering::SeqCst);
+            let term = lease.lease_term();
+            *p = payload(old[0] + 1, g, me, old[1], salt);
+            (old, g, entered, term)
+        });
+        match r {
+            Some((old, g, entered, term)) => {
+                self.ctx.bump(stat::L_WITH_LEASE, 1);
+                self.ctx.bump(stat::L_CLAIMS, 1);
+                if !valid(&old) {
+                    self.ctx.violate(
+                        "L4 torn read",
+                        format_args!("with_lease by claim {g} saw {old:x?}"),
+                    );
+                }
+                self.log(old[0] + 1, g, old[1]);
+                self.check_accepted(g, entered, term, "with_lease");
+            }
+            None if ran != 0 => {
+                self.fenced(false);
+            }
+            None => self.ctx.bump(stat::L_CLAIM_FAIL, 1),
+        }
+    }
+
+    /// A non-owner read of the published payload.
+    fn observe(&mut self) {
+        let st = self.lease.status();
+        let p = st.payload_words;
+        // All zeros: `status` gave up on a consistent read (diagnostics only).
+        if p != [0; 6] {
+            self.ctx.bump(stat::L_READS, 1);
+            if !valid(&p) {
+                self.ctx.violate(
+                    "L4 torn read",
+                    format_args!("status() returned payload {p:x?}"),
+                );
+            }
+        }
+    }
+}
+
+/// Supervisor-side view of the lease during the run.
+pub(crate) struct Monitor {
+    lease: OwnerLease<Payload>,
+    dead_holder: Option<(u32, u64, Instant)>,
+    reported: bool,
+}
+
+impl Monitor {
+    pub(crate) fn open(dir: &Path) -> Result<Self, String> {
+        Ok(Monitor {
+            lease: open_lease(dir)?,
+            dead_holder: None,
+            reported: false,
+        })
+    }
+
+    /// The current holder's pid, if any (the chaos loop prefers it as a victim). With
+    /// `writing`, waits up to `wait` for a holder that is in the middle of a write (or a
+    /// `with_lease` closure), so kills and pauses land inside writes.
+    /// Returns `(pid, writing)`.
+    pub(crate) fn holder(&self, writing: bool, wait: Duration) -> Option<(u32, bool)> {
+        let until = Instant::now() + wait;
+        loop {
+            let st = self.lease.status();
+            if st.owner.is_some() && (st.writing || !writing || Instant::now() >= until) {
+                return st.owner.map(|p| (p, st.writing));
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// L5 live check: a holder whose process is gone must be replaced promptly (workers
+    /// keep trying to claim). Called every few milliseconds.
+    pub(crate) fn check(&mut self, ctx: &Ctx, live_workers: usize) {
+        let st = self.lease.status();
+        let dead = st
+            .owner
+            .filter(|&pid| matches!(proc_status(pid), ProcStatus::Gone | ProcStatus::Zombie));
+        match (dead, self.dead_holder) {
+            (Some(pid), Some((p, g, since))) if p == pid && g == st.generation => {
+                if !self.reported && live_workers > 0 && since.elapsed() > DEAD_HOLDER_LIMIT {
+                    self.reported = true;
+                    ctx.violate(
+                        "L5 progress",
+                        format_args!(
+                            "holder pid {pid} (claim {g}, writing={}) is dead but not replaced after {:?}",
+                            st.writing,
+                            since.elapsed()
+                        ),
+                    );
+                }
+            }
+            (Some(pid), _) => self.dead_holder = Some((pid, st.generation, Instant::now())),
+            (None, _) => {
+                self.dead_holder = None;
+                self.reported = false;
+            }
+        }
+    }
+}
+
+/// What the end-of-run check found.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    pub(crate) logged: u64,
+    pub(crate) final_seq: u64,
+    pub(crate) partial_records: u64,
+    pub(crate) counters: Vec<(&'static str, u64)>,
+    pub(crate) takeovers: u64,
+}
+
+/// After every worker exited: merges the logs and checks the final state.
+pub(crate) fn final_check(ctx: &Ctx) -> Result<Report, String> {
+    let mut report = Report::default();
+    // seq -> (gen, prev_gen, pid)
+    let mut by_seq: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
+    let mut dups = 0u64;
+    let dir = ctx.dir.join(LOG_DIR);
+    let entries = std::fs::read_dir(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let bytes = std::fs::read(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+        if bytes.len() % LOG_RECORD != 0 {
+            report.partial_records += 1;
+        }
+        let mut last_seq = 0;
+        for rec in bytes.chunks_exact(LOG_RECORD) {
+            let f =
+                |i: usize| u64::from_le_bytes(rec[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            let (seq, g, prev, pid) = (f(0), f(1), f(2), f(3));
+            report.logged += 1;
+            if seq <= last_seq {
+                ctx.violate(
+                    "L1 exclusion",
+                    format_args!("pid {pid} logged seq {seq} after seq {last_seq}"),
+                );
+            }
+            last_seq = seq;
+            if let Some(&(g0, _, pid0)) = by_seq.get(&seq) {
+                dups += 1;
+                if dups <= 10 {
+                    ctx.violate(
+                        "L1 exclusion",
+                        format_args!(
+                            "seq {seq} accepted twice: claim {g0} (pid {pid0}) and claim {g} (pid {pid})"
+                        ),
+                    );
+                }
+            } else {
+                by_seq.insert(seq, (g, prev, pid));
+            }
+        }
+    }
+    let mut backwards = 0u64;
+    let mut prev_entry: Option<(u64, u64)> = None;
+    for (&seq, &(g, prev_gen, pid)) in &by_seq {
+        if let Some((s0, g0)) = prev_entry {
+            let bad = if g < g0 {
+                Some(format!("generation went back from {g0} (seq {s0}) to {g}"))
+            } else if s0 + 1 == seq && prev_gen != g0 {
+                Some(format!(
+                    "seq {seq} (claim {g}) read the payload of claim {prev_gen}, but seq {s0} was written by claim {g0}"
+                ))
+            } else {
+                None
+            };
+            if let Some(msg) = bad {
+                backwards += 1;
+                if backwards <= 10 {
+                    ctx.violate("L2 fencing", format_args!("pid {pid}: {msg}"));
+                }
+            }
+        }
+        prev_entry = Some((seq, g));
+    }
+    if dups > 10 || backwards > 10 {
+        ctx.violate(
+            "L1/L2",
+            format_args!("{dups} duplicate seqs and {backwards} order errors in total"),
+        );
+    }
+
+    // The final state: a consistent payload, agreeing with the logs, and the lease can be
+    // claimed (every worker is gone, so a remaining holder is dead and replaced at once).
+    let lease = open_lease(&ctx.dir)?;
+    let me = std::process::id();
+    match lease.acquire(me, GRACE, Duration::from_secs(5)) {
+        Some(c) => {
+            let p = lease.read_claimed(&c).unwrap_or_default();
+            if !valid(&p) {
+                ctx.violate(
+                    "L4 torn read",
+                    format_args!("final payload {p:x?} fails its checksum"),
+                );
+            }
+            report.final_seq = p[0];
+            if let Some((&max_seq, _)) = by_seq.last_key_value() {
+                if p[0] < max_seq {
+                    ctx.violate(
+                        "L2 fencing",
+                        format_args!("final seq {} is below logged seq {max_seq}", p[0]),
+                    );
+                }
+            }
+            if let Some(&(g, _, _)) = by_seq.get(&p[0]) {
+                if g != p[1] {
+                    ctx.violate(
+                        "L2 fencing",
+                        format_args!(
+                            "final payload seq {} written by claim {}, log says claim {g}",
+                            p[0], p[1]
+                        ),
+                    );
+                }
+            }
+            let restored = payload(p[0], c.generation(), me, p[1], 0);
+            if !lease.write_claimed(&c, restored) || !lease.release_claim(&c) {
+                ctx.violate(
+                    "L2 fencing",
+                    format_args!("the supervisor's final write/release was refused"),
+                );
+            }
+        }
+        None => {
+            let st = lease.status();
+            ctx.violate(
+                "L5 progress",
+                format_args!(
+                    "cannot claim the lease after all workers exited: owner {:?}, writing={}",
+                    st.owner, st.writing
+                ),
+            );
+        }
+    }
+    let st = lease.status();
+    report.counters = counter::NAMES
+        .iter()
+        .zip(st.counters)
+        .map(|(n, v)| (*n, v))
+        .collect();
+    report.takeovers = st.counters[counter::CLAIM_PREEMPT]
+        + st.counters[counter::CLAIM_STALE]
+        + st.counters[counter::CLAIM_DEAD];
+    Ok(report)
+}

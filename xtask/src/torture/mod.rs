@@ -1,0 +1,144 @@
+//! `cargo xtask torture`: kill, pause and restart worker processes that hammer the lease,
+//! the heartbeat table (with a watchdog) and the semaphore, and check the protocol
+//! invariants live and at the end (docs/RELIABILITY.md).
+//!
+//! - `torture` (what users run): builds xtask in release and runs `torture-supervise`
+//!   with the same arguments (a debug build is too slow to produce contention).
+//! - `torture-supervise`: the supervisor ([`supervisor`]).
+//! - `torture-worker` (hidden): one worker process, spawned by the supervisor.
+
+mod control;
+mod heartbeat;
+mod lease;
+mod opts;
+mod rng;
+mod semaphore;
+mod shm;
+mod supervisor;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use opts::{Options, Role, USAGE, WorkerOptions};
+
+fn parse(args: &[String]) -> Result<Options, ExitCode> {
+    Options::parse(args).map_err(|e| {
+        if !e.is_empty() {
+            eprintln!("xtask torture: {e}");
+        }
+        eprintln!("{USAGE}");
+        ExitCode::FAILURE
+    })
+}
+
+/// `cargo xtask torture [..]`.
+pub(crate) fn run(args: &[String]) -> ExitCode {
+    let opts = match parse(args) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    if !cfg!(debug_assertions) {
+        return supervisor::supervise(opts);
+    }
+    // Re-run ourselves from a release build; the seed is fixed here so it is printed once.
+    let mut build = super::cargo();
+    build
+        .current_dir(super::root())
+        .args(["build", "--release", "--quiet", "-p", "xtask"]);
+    if super::run(build) != ExitCode::SUCCESS {
+        return ExitCode::FAILURE;
+    }
+    let exe = target_dir()
+        .join("release")
+        .join(format!("xtask{}", std::env::consts::EXE_SUFFIX));
+    let mut cmd = Command::new(&exe);
+    cmd.arg("torture-supervise").args(opts.to_args());
+    match cmd.status() {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => ExitCode::from(s.code().map_or(1, |c| c.clamp(1, 255) as u8)),
+        Err(e) => {
+            eprintln!("xtask torture: cannot run {}: {e}", exe.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The target directory cargo builds into, as `cargo metadata` reports it (so
+/// `CARGO_TARGET_DIR`, `build.target-dir` and the default all work).
+fn target_dir() -> PathBuf {
+    let mut cmd = super::cargo();
+    cmd.current_dir(super::root())
+        .args(["metadata", "--format-version", "1", "--no-deps"]);
+    let from_metadata = cmd.output().ok().and_then(|o| {
+        let json = String::from_utf8(o.stdout).ok()?;
+        let key = "\"target_directory\":\"";
+        let rest = &json[json.find(key)? + key.len()..];
+        let dir = &rest[..rest.find('"')?];
+        // A path with JSON escapes in it is left to the fallback.
+        (!dir.contains('\\')).then(|| PathBuf::from(dir))
+    });
+    from_metadata.unwrap_or_else(|| {
+        let dir =
+            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| "target".into(), PathBuf::from);
+        super::root().join(dir)
+    })
+}
+
+/// `xtask torture-supervise [..]`.
+pub(crate) fn supervise(args: &[String]) -> ExitCode {
+    match parse(args) {
+        Ok(o) => supervisor::supervise(o),
+        Err(code) => code,
+    }
+}
+
+/// `xtask torture-worker --role R --dir D --seed S --id K --inc N` (hidden).
+pub(crate) fn worker(args: &[String]) -> ExitCode {
+    let o = match WorkerOptions::parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("xtask torture-worker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let who = format!("{} worker {}.{}", o.role.name(), o.id, o.inc);
+    let ctx = match control::Ctx::open(&o.dir, who) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xtask torture-worker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Exit if the supervisor goes away (e.g. Ctrl-C), instead of running forever.
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if std::os::unix::process::parent_id() != parent {
+                std::process::exit(3);
+            }
+        }
+    });
+    if o.open_only {
+        return match lease::open_only(&o.dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask torture-worker: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let rng = rng::Rng::derive(o.seed, o.role.code(), o.id as u64, o.inc);
+    let r = match o.role {
+        Role::Lease => lease::worker(&ctx, rng),
+        Role::Heartbeat => heartbeat::worker(&ctx, rng),
+        Role::Semaphore => semaphore::worker(&ctx, rng, o.id),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask torture-worker ({}): {e}", ctx.dir.display());
+            ExitCode::from(2)
+        }
+    }
+}
