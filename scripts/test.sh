@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command (the README's): installs the system packages the workspace
-# tests need beyond a Rust toolchain (scripts/install-deps.sh: the etcd server and protoc
-# for crates/cxc-etcd, on Debian), then runs every test of the workspace.
+# The project's test command (the README's): installs the system packages the etcd
+# backend's tests need (scripts/install-deps.sh: the etcd server and protoc, on Debian),
+# then runs every test: the workspace, and crates/cxc-etcd (its own workspace).
+# `cargo test --workspace` alone runs everything but the etcd backend and needs only Rust.
 # Usage: scripts/test.sh [extra cargo test arguments]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/install-deps.sh
-exec cargo test --workspace "$@"
+cargo test --workspace "$@"
+cargo test --manifest-path crates/cxc-etcd/Cargo.toml --target-dir "${CARGO_TARGET_DIR:-target}" "$@"

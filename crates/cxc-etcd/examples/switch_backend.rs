@@ -3,8 +3,8 @@
 //! differs.
 //!
 //! ```text
-//! cargo run -p cxc-etcd --example switch_backend                        # starts a throwaway etcd
-//! cargo run -p cxc-etcd --example switch_backend -- http://127.0.0.1:2379  # uses yours
+//! cargo run --manifest-path crates/cxc-etcd/Cargo.toml --example switch_backend                        # starts a throwaway etcd
+//! cargo run --manifest-path crates/cxc-etcd/Cargo.toml --example switch_backend -- http://127.0.0.1:2379  # uses yours
 //! ```
 //!
 //! Without an endpoint the example starts the local `etcd` binary (Debian `etcd-server`,
