@@ -230,7 +230,9 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
             board.head(board::SHUTDOWN).store(1, Ordering::Release);
             return Err(CliError::usage("demo: did not finish within 120 s"));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Look often while waiting for a busy worker to kill, so the moment is not missed.
+        let looking = killed_worker.is_none() && done >= total / 3;
+        std::thread::sleep(Duration::from_millis(if looking { 1 } else { 20 }));
     }
     eprintln!();
     board.head(board::SHUTDOWN).store(1, Ordering::Release);

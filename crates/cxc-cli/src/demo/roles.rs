@@ -173,8 +173,12 @@ pub(crate) fn worker(dir: &Path, name: &str, work_ms: (u64, u64)) -> Result<u8, 
                     return Ok(3);
                 }
             }
-            // Completion is accepted only while the registration is still ours.
-            if table.clear_in_flight(slot, bit) && board.complete(u, slot, generation) {
+            // Completion is accepted only while the unit is still ours on the board (the
+            // coordinator puts a dead worker's units back, which changes their tag); the
+            // in-flight bit is cleared after, so a kill in between leaves a done unit,
+            // never a unit nobody will redo.
+            if board.complete(u, slot, generation) {
+                table.clear_in_flight(slot, bit);
                 log(dir, name, &format!("done unit {u}"));
             } else {
                 log(
