@@ -1,0 +1,54 @@
+//! Test kit for the cxc workspace: everything a multi-process test needs, written once.
+//!
+//! A multi-process test re-executes its own test binary, running only itself
+//! (`--exact NAME`), with a *role* in the environment. The same test function then plays
+//! the parent (no role) or a child (some role):
+//!
+//! - [`RoleCommand`] / [`spawn_role`] start the child; [`role`], [`in_role`], [`arg`],
+//!   [`path_arg`] and [`report`] are the child's side.
+//! - [`Proc`] is the handle on any child process: SIGKILL, SIGSTOP/SIGCONT, waits that
+//!   never hang a test, the child's report lines, and a kill on drop so a panicking test
+//!   leaves no orphan. [`Proc::spawn`] wraps any [`std::process::Command`].
+//! - [`fields`] parses a `key=value key=value` report.
+//! - [`wait_until`] and [`wait_for_path`] poll a condition up to a deadline.
+//! - [`Rng`] is the one seeded generator (SplitMix64); [`Rng::for_test`] prints its seed
+//!   (shown when the test fails) and takes it back from [`SEED_VAR`] to replay a run.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cxc_testkit::{RoleCommand, fields, path_arg, report, role};
+//!
+//! #[test]
+//! fn two_processes_agree() {
+//!     if role().as_deref() == Some("writer") {
+//!         let path = path_arg("path");
+//!         std::fs::write(&path, "42").unwrap();
+//!         report("wrote=42");
+//!         return;
+//!     }
+//!     let dir = std::env::temp_dir().join("example");
+//!     let mut child = RoleCommand::new("two_processes_agree", "writer")
+//!         .arg("path", &dir)
+//!         .spawn();
+//!     let reports = child.finish(Duration::from_secs(60));
+//!     assert_eq!(fields(&reports[0])["wrote"], "42");
+//! }
+//! ```
+//!
+//! This crate is for tests and tools of the workspace only (`publish = false`).
+
+#![forbid(unsafe_code)]
+
+mod proc;
+mod rng;
+mod role;
+mod wait;
+
+pub use proc::{Proc, RoleCommand, spawn_role};
+pub use rng::{Rng, SEED_VAR, mix};
+pub use role::{
+    ARG_VAR_PREFIX, REPORT_PREFIX, ROLE_VAR, arg, fields, in_role, path_arg, report, role, try_arg,
+};
+pub use wait::{wait_for_path, wait_until};

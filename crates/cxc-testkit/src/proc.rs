@@ -1,0 +1,359 @@
+//! Child process handles: spawn (any command, or this test binary in a role), signals,
+//! bounded waits, report lines, and a SIGKILL on drop.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process};
+
+use crate::role::{REPORT_PREFIX, ROLE_VAR, arg_var};
+
+/// After a child exits, how long its output may take to reach end of file (a grandchild
+/// that inherited the pipe can hold it open for much longer; then what arrived is used).
+const EOF_GRACE: Duration = Duration::from_secs(2);
+
+/// Builds the re-execution of this test binary running only test `test` (exact name,
+/// with its module path for unit tests) in role `role`.
+///
+/// The child gets [`ROLE_VAR`]` = role`, its arguments as environment variables (read
+/// them with [`crate::arg`]), and `--exact TEST --nocapture --test-threads=1`.
+///
+/// ```no_run
+/// # let path = std::path::Path::new("f");
+/// use cxc_testkit::RoleCommand;
+/// let child = RoleCommand::new("race_test", "racer").arg("path", path).arg("start_ns", "123").spawn();
+/// ```
+#[derive(Debug)]
+pub struct RoleCommand {
+    cmd: Command,
+    test: String,
+    role: String,
+}
+
+impl RoleCommand {
+    /// This test binary, to run `test` in `role`.
+    ///
+    /// # Panics
+    ///
+    /// If the path of the running executable cannot be found.
+    pub fn new(test: &str, role: &str) -> Self {
+        let exe = std::env::current_exe().expect("the path of this test binary");
+        let mut cmd = Command::new(exe);
+        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(ROLE_VAR, role);
+        RoleCommand {
+            cmd,
+            test: test.to_owned(),
+            role: role.to_owned(),
+        }
+    }
+
+    /// Passes role argument `key` (ASCII letters, digits, `_`), read in the child with
+    /// [`crate::arg`] or [`crate::path_arg`].
+    pub fn arg(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.cmd.env(arg_var(key), value);
+        self
+    }
+
+    /// Sets any other environment variable of the child.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.cmd.env(key, value);
+        self
+    }
+
+    /// Starts the child; see [`Proc`].
+    pub fn spawn(self) -> Proc {
+        let what = format!("{} as {}", self.test, self.role);
+        let mut p = Proc::spawn(self.cmd, &what);
+        p.test = Some(self.test);
+        p
+    }
+}
+
+/// [`RoleCommand::new`]`(test, role).spawn()`: a child with no role arguments.
+pub fn spawn_role(test: &str, role: &str) -> Proc {
+    RoleCommand::new(test, role).spawn()
+}
+
+/// A running child process, killed (SIGKILL) and reaped when dropped, so a test that
+/// panics leaves no orphan.
+///
+/// Its stdin is null; its stdout and stderr are read by background threads, so a chatty
+/// child never blocks on a full pipe. Lines holding [`REPORT_PREFIX`] are *reports*
+/// ([`crate::report`]); everything is kept for failure messages.
+pub struct Proc {
+    child: Child,
+    what: String,
+    /// The exact test name, for children that are this test binary.
+    test: Option<String>,
+    reaped: Option<ExitStatus>,
+    lines: Receiver<String>,
+    eof: bool,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn drain(
+    src: impl Read + Send + 'static,
+    keep: Arc<Mutex<String>>,
+    to: Option<std::sync::mpsc::Sender<String>>,
+) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(src);
+        let mut buf = Vec::new();
+        while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+            let line = String::from_utf8_lossy(&buf).into_owned();
+            buf.clear();
+            keep.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_str(&line);
+            if let Some(to) = &to {
+                let _ = to.send(line.trim_end_matches(['\n', '\r']).to_owned());
+            }
+        }
+    });
+}
+
+impl Proc {
+    /// Starts `cmd` with stdin null and stdout/stderr captured; `what` names it in
+    /// failure messages.
+    ///
+    /// # Panics
+    ///
+    /// If the command cannot be started.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut p = cxc_testkit::Proc::spawn(std::process::Command::new("true"), "true");
+    /// assert!(p.wait_timeout(Duration::from_secs(10)).expect("exited").success());
+    /// ```
+    pub fn spawn(mut cmd: Command, what: &str) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: cannot start {cmd:?}: {e}"));
+        let (tx, lines) = channel();
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        drain(
+            child.stdout.take().expect("piped"),
+            stdout.clone(),
+            Some(tx),
+        );
+        drain(child.stderr.take().expect("piped"), stderr.clone(), None);
+        Proc {
+            child,
+            what: what.to_owned(),
+            test: None,
+            reaped: None,
+            lines,
+            eof: false,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, sig: Signal) {
+        assert!(
+            self.reaped.is_none(),
+            "{}: signal after it was reaped",
+            self.what
+        );
+        // Not reaped yet, so the pid cannot have been reused.
+        let _ = kill_process(Pid::from_child(&self.child), sig);
+    }
+
+    /// SIGKILL, then reaps the child. Its exit status is returned by later waits.
+    pub fn kill(&mut self) {
+        if self.reaped.is_none() {
+            self.signal(Signal::KILL);
+            self.reaped = Some(self.child.wait().expect("reap a killed child"));
+        }
+    }
+
+    /// SIGSTOP: the child is paused until [`Proc::cont`] (or killed).
+    pub fn stop(&self) {
+        self.signal(Signal::STOP);
+    }
+
+    /// SIGCONT: resumes a child paused by [`Proc::stop`].
+    pub fn cont(&self) {
+        self.signal(Signal::CONT);
+    }
+
+    /// The exit status if the child has exited (and reaps it), without waiting.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.reaped.is_none() {
+            self.reaped = self.child.try_wait().expect("wait for a child");
+        }
+        self.reaped
+    }
+
+    /// Waits at most `timeout` for the child to exit; `None` if it still runs (it is left
+    /// running).
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.try_wait() {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The child's next report (without [`REPORT_PREFIX`]), waiting at most `timeout`.
+    /// Reports taken here are not returned again by [`Proc::finish`].
+    ///
+    /// # Panics
+    ///
+    /// If none arrives in time or the child's stdout ends first; the message holds
+    /// the child's output.
+    pub fn next_report(&mut self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some((_, r)) = line.split_once(REPORT_PREFIX) {
+                        return r.to_owned();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "{}: no report within {timeout:?}{}",
+                        self.what,
+                        self.output()
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.eof = true;
+                    let status = self.wait_timeout(EOF_GRACE);
+                    panic!(
+                        "{}: output ended before a report (status {status:?}){}{}",
+                        self.what,
+                        self.no_test_hint(),
+                        self.output()
+                    )
+                }
+            }
+        }
+    }
+
+    /// Waits at most `timeout` for the child to exit and checks it exited normally with
+    /// status 0; returns the reports not yet taken by [`Proc::next_report`]. For a child
+    /// that is this test binary, also checks that the test it was asked to run ran.
+    ///
+    /// # Panics
+    ///
+    /// If the child runs past `timeout` (it is killed first), was killed by a signal,
+    /// exited non-zero, or ran no test; the message holds its output.
+    pub fn finish(&mut self, timeout: Duration) -> Vec<String> {
+        let Some(status) = self.wait_timeout(timeout) else {
+            self.kill();
+            panic!(
+                "{}: still running after {timeout:?}, killed{}",
+                self.what,
+                self.output()
+            );
+        };
+        let reports = self.remaining_reports();
+        if let Some(sig) = status.signal() {
+            panic!("{}: killed by signal {sig}{}", self.what, self.output());
+        }
+        assert!(
+            status.success(),
+            "{}: failed ({status}){}",
+            self.what,
+            self.output()
+        );
+        let hint = self.no_test_hint();
+        assert!(hint.is_empty(), "{}: {hint}{}", self.what, self.output());
+        reports
+    }
+
+    /// Reports still in the pipe, waiting up to [`EOF_GRACE`] for the end of output.
+    fn remaining_reports(&mut self) -> Vec<String> {
+        let deadline = Instant::now() + EOF_GRACE;
+        let mut out = Vec::new();
+        while !self.eof {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => out.extend(line.split_once(REPORT_PREFIX).map(|(_, r)| r.to_owned())),
+                Err(RecvTimeoutError::Disconnected) => self.eof = true,
+                Err(RecvTimeoutError::Timeout) => break,
+            }
+        }
+        out
+    }
+
+    /// Non-empty if this is a role child whose output shows it did not run its test.
+    fn no_test_hint(&self) -> String {
+        match &self.test {
+            Some(t) if self.eof && !self.stdout().contains("running 1 test") => {
+                format!("ran no test named {t:?} (the name must be exact, with its module path)")
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// Everything the child printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Everything the child printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn output(&self) -> String {
+        format!(
+            "\n--- pid {} stdout:\n{}\n--- stderr:\n{}",
+            self.pid(),
+            self.stdout(),
+            self.stderr()
+        )
+    }
+}
+
+impl std::fmt::Debug for Proc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proc")
+            .field("what", &self.what)
+            .field("pid", &self.pid())
+            .field("status", &self.reaped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.reaped.is_none() {
+            let _ = kill_process(Pid::from_child(&self.child), Signal::KILL);
+            let _ = self.child.wait();
+        }
+    }
+}

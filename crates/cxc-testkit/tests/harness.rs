@@ -1,0 +1,177 @@
+//! The kit re-executing this test binary for real: roles and arguments reach the child,
+//! reports come back, failures and hangs of a child fail the parent, signals work, and a
+//! dropped handle kills its child.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+use cxc_testkit::{
+    Proc, RoleCommand, arg, fields, in_role, path_arg, report, role, spawn_role, try_arg,
+    wait_for_path, wait_until,
+};
+use rustix::process::{Pid, test_kill_process};
+
+const T: Duration = Duration::from_secs(60);
+
+/// The error message of a panic in `f`.
+fn panic_message(f: impl FnOnce()) -> String {
+    let e = catch_unwind(AssertUnwindSafe(f)).expect_err("expected a panic");
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
+/// True while a process with this pid exists.
+fn alive(pid: u32) -> bool {
+    test_kill_process(Pid::from_raw(pid as i32).expect("non-zero pid")).is_ok()
+}
+
+/// One-letter scheduler state of `pid` (`T` when stopped).
+fn state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    let after = &stat[stat.rfind(')').expect("comm") + 2..];
+    after.chars().next().expect("state")
+}
+
+#[test]
+fn child_gets_role_and_arguments_and_reports_back() {
+    if in_role("echo") {
+        let path = path_arg("path");
+        std::fs::write(&path, arg("word")).unwrap();
+        report(format!("role={} word={}", role().unwrap(), arg("word")));
+        report(format!("missing={}", try_arg("nope").is_none()));
+        return;
+    }
+    assert_eq!(role(), None);
+    let dir = std::env::temp_dir().join(format!("cxc-testkit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("echo");
+    let mut child = RoleCommand::new("child_gets_role_and_arguments_and_reports_back", "echo")
+        .arg("path", &path)
+        .arg("word", "hello")
+        .spawn();
+    let first = child.next_report(T);
+    let f = fields(&first);
+    assert_eq!((f["role"], f["word"]), ("echo", "hello"), "{first}");
+    assert_eq!(child.finish(T), ["missing=true"]);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "hello");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn failing_child_fails_finish_with_its_output() {
+    if in_role("fail") {
+        panic!("the child's own assertion");
+    }
+    let mut child = spawn_role("failing_child_fails_finish_with_its_output", "fail");
+    let msg = panic_message(|| drop(child.finish(T)));
+    assert!(msg.contains("failed"), "{msg}");
+    assert!(msg.contains("the child's own assertion"), "{msg}");
+}
+
+#[test]
+fn wrong_test_name_is_reported() {
+    let mut child = spawn_role("no_such_test", "any");
+    let msg = panic_message(|| drop(child.finish(T)));
+    assert!(msg.contains("ran no test named \"no_such_test\""), "{msg}");
+}
+
+#[test]
+fn hung_child_is_killed_at_the_timeout() {
+    if in_role("hang") {
+        report("hanging");
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let mut child = spawn_role("hung_child_is_killed_at_the_timeout", "hang");
+    assert_eq!(child.next_report(T), "hanging");
+    let pid = child.pid();
+    let msg = panic_message(|| drop(child.finish(Duration::from_millis(100))));
+    assert!(msg.contains("still running after"), "{msg}");
+    assert!(!alive(pid), "the hung child is still there");
+    // The status of the kill is kept.
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&child.try_wait().unwrap()),
+        Some(9)
+    );
+}
+
+#[test]
+fn next_report_times_out_instead_of_hanging() {
+    if in_role("quiet") {
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let mut child = spawn_role("next_report_times_out_instead_of_hanging", "quiet");
+    let msg = panic_message(|| drop(child.next_report(Duration::from_millis(100))));
+    assert!(msg.contains("no report within"), "{msg}");
+    assert_eq!(child.wait_timeout(Duration::from_millis(10)), None);
+}
+
+#[test]
+fn stop_cont_and_kill() {
+    if in_role("ticker") {
+        for i in 0.. {
+            report(format!("tick={i}"));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        return;
+    }
+    let mut child = spawn_role("stop_cont_and_kill", "ticker");
+    child.next_report(T);
+    let pid = child.pid();
+    child.stop();
+    assert!(
+        wait_until(Duration::from_secs(10), || state(pid) == 'T'),
+        "not stopped"
+    );
+    child.cont();
+    assert!(
+        wait_until(Duration::from_secs(10), || state(pid) != 'T'),
+        "not resumed"
+    );
+    child.next_report(T);
+    child.kill();
+    let msg = panic_message(|| drop(child.finish(T)));
+    assert!(msg.contains("killed by signal 9"), "{msg}");
+    assert!(!alive(pid));
+}
+
+#[test]
+fn dropping_the_handle_kills_the_child() {
+    if in_role("sleeper") {
+        report("up");
+        std::thread::sleep(Duration::from_secs(600));
+        return;
+    }
+    let mut child = spawn_role("dropping_the_handle_kills_the_child", "sleeper");
+    assert_eq!(child.next_report(T), "up");
+    let pid = child.pid();
+    assert!(alive(pid));
+    drop(child);
+    assert!(!alive(pid), "dropped child {pid} still exists");
+}
+
+#[test]
+fn any_command_and_marker_files() {
+    let dir = std::env::temp_dir().join(format!("cxc-testkit-sh-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("marker");
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        "sleep 0.05; echo out; echo err >&2; touch \"$1\"; exit 3",
+        "sh",
+    ])
+    .arg(&marker);
+    let mut p = Proc::spawn(cmd, "sh");
+    assert!(wait_for_path(&marker, T), "marker never appeared");
+    let status = p.wait_timeout(T).expect("sh exited");
+    assert_eq!(status.code(), Some(3));
+    let msg = panic_message(|| drop(p.finish(T)));
+    assert!(msg.contains("failed"), "{msg}");
+    assert_eq!(p.stdout(), "out\n");
+    assert_eq!(p.stderr(), "err\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
