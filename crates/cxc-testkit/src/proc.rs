@@ -33,6 +33,8 @@ pub struct RoleCommand {
     cmd: Command,
     test: String,
     role: String,
+    /// `key=value` of each role argument, for failure messages.
+    args: Vec<String>,
 }
 
 impl RoleCommand {
@@ -50,12 +52,15 @@ impl RoleCommand {
             cmd,
             test: test.to_owned(),
             role: role.to_owned(),
+            args: Vec::new(),
         }
     }
 
     /// Passes role argument `key` (ASCII letters, digits, `_`), read in the child with
     /// [`crate::arg`] or [`crate::path_arg`].
     pub fn arg(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        let value = value.as_ref();
+        self.args.push(format!("{key}={}", value.to_string_lossy()));
         self.cmd.env(arg_var(key), value);
         self
     }
@@ -66,9 +71,13 @@ impl RoleCommand {
         self
     }
 
-    /// Starts the child; see [`Proc`].
+    /// Starts the child; see [`Proc`]. Failure messages name the test, the role and the
+    /// role arguments.
     pub fn spawn(self) -> Proc {
-        let what = format!("{} as {}", self.test, self.role);
+        let mut what = format!("{} as {}", self.test, self.role);
+        if !self.args.is_empty() {
+            what = format!("{what} ({})", self.args.join(" "));
+        }
         let mut p = Proc::spawn(self.cmd, &what);
         p.test = Some(self.test);
         p

@@ -64,9 +64,12 @@ fn failing_child_fails_finish_with_its_output() {
     if in_role("fail") {
         panic!("the child's own assertion");
     }
-    let mut child = spawn_role("failing_child_fails_finish_with_its_output", "fail");
+    let mut child = RoleCommand::new("failing_child_fails_finish_with_its_output", "fail")
+        .arg("case", "c7")
+        .spawn();
     let msg = panic_message(|| drop(child.finish(T)));
     assert!(msg.contains("failed"), "{msg}");
+    assert!(msg.contains("as fail (case=c7)"), "{msg}");
     assert!(msg.contains("the child's own assertion"), "{msg}");
 }
 
