@@ -2,7 +2,7 @@
 //! file must fail with the exact typed error and never fault.
 //!
 //! Each hostile operation runs in a child process (this test binary re-executed with
-//! `--exact <test>` and `CXC_TEST_ROLE=hostile`), so a SIGBUS or abort in the code under
+//! `--exact <test>` in role `hostile`, see `cxc_testkit`), so a SIGBUS or abort in the code under
 //! test fails the test instead of killing the whole run. The child prints the variant
 //! name and checks its fields with `matches!`; the parent checks the child exited normally
 //! and printed the expected variant.
@@ -15,18 +15,18 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{
-    CAPACITY, PATH_VAR, RESULT_PREFIX, TOTAL, TestMap, expect, finish_child, layout, make_valid,
-    patch, read_u64, role, spawn_child, variant_name,
+    CAPACITY, CHILD_DEADLINE, TOTAL, TestMap, expect, layout, make_valid, patch, read_u64,
+    variant_name,
 };
 use cxc_mmf::header::{ENDIAN_MARK, FORMAT_VERSION, off};
 use cxc_mmf::{
     CreateOptions, Expect, FoundKind, HEADER_LEN, Kind, MAGIC, Mapped, MmfError, TypeFingerprint,
     peek,
 };
+use cxc_testkit::{Rng, RoleCommand, arg, in_role, path_arg, report};
 use tempfile::TempDir;
 
 const ROLE: &str = "hostile";
-const CASE_VAR: &str = "CXC_TEST_CASE";
 
 /// Runs `action` on the file made by `setup` in a child process and checks that the child
 /// exits normally having printed exactly `expected`.
@@ -41,25 +41,19 @@ fn in_child(
     action: impl FnOnce(&Path) -> String,
     expected: &str,
 ) -> Option<(TempDir, PathBuf)> {
-    if role().as_deref() == Some(ROLE) {
-        if std::env::var(CASE_VAR).as_deref() == Ok(case) {
-            let path = PathBuf::from(std::env::var_os(PATH_VAR).expect("child needs a path"));
-            let result = action(&path);
-            println!("{RESULT_PREFIX}{result}");
+    if in_role(ROLE) {
+        if arg("case") == case {
+            report(action(&path_arg("path")));
         }
         return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let path = setup(dir.path());
-    let child = spawn_child(
-        test,
-        ROLE,
-        &[
-            (PATH_VAR, path.to_str().expect("utf-8 temp path").to_owned()),
-            (CASE_VAR, case.to_owned()),
-        ],
-    );
-    let lines = finish_child(child, &format!("{test}/{case}"));
+    let lines = RoleCommand::new(test, ROLE)
+        .arg("path", &path)
+        .arg("case", case)
+        .spawn()
+        .finish(CHILD_DEADLINE);
     assert_eq!(lines, [expected], "{test}/{case}: child reported {lines:?}");
     Some((dir, path))
 }
@@ -154,18 +148,6 @@ fn entries(dir: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
-}
-
-/// Deterministic pseudo-random bytes (xorshift64*).
-fn garbage(len: usize, mut seed: u64) -> Vec<u8> {
-    (0..len)
-        .map(|_| {
-            seed ^= seed >> 12;
-            seed ^= seed << 25;
-            seed ^= seed >> 27;
-            (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
-        })
-        .collect()
 }
 
 #[test]
@@ -666,7 +648,7 @@ fn other_layout_fields_are_param_mismatch() {
 fn random_garbage_is_bad_magic() {
     let t = "random_garbage_is_bad_magic";
     for (case, len, seed) in [("4k", 4096, 1), ("header-sized", 128, 2), ("odd", 1000, 3)] {
-        let bytes = garbage(len, seed);
+        let bytes = Rng::new(seed).bytes(len);
         let found_magic = u64::from_ne_bytes(bytes[..8].try_into().unwrap());
         assert_ne!(found_magic, MAGIC);
         let timed_open = |path: &Path| {
@@ -891,7 +873,7 @@ fn symlink_at_create_path_is_refused() {
         );
     }
     // A link to an existing file: the file must not change.
-    let content = garbage(333, 9);
+    let content = Rng::new(9).bytes(333);
     let to_file = {
         let content = content.clone();
         move |d: &Path| {
@@ -939,7 +921,7 @@ fn create_on_existing_file_is_already_exists() {
     let t = "create_on_existing_file_is_already_exists";
     for (case, content) in [
         ("valid", None),
-        ("garbage", Some(garbage(777, 4))),
+        ("garbage", Some(Rng::new(4).bytes(777))),
         ("empty", Some(Vec::new())),
     ] {
         let setup = {

@@ -1,23 +1,22 @@
 //! `create_or_open` raced by several processes: exactly one creates and initialises, all
 //! succeed, and all map the same file.
 //!
-//! The parent re-executes this test binary as [`PROCS`] children (`CXC_TEST_ROLE=race`);
+//! The parent re-executes this test binary as [`PROCS`] children (role `race`);
 //! each spins until a shared start instant, then calls `create_or_open`, checks it sees the
 //! creator's initial value, and increments a counter in the head.
 
 mod common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{PATH_VAR, RESULT_PREFIX, TestMap, expect, finish_child, layout, role, spawn_child};
+use common::{CHILD_DEADLINE, TestMap, expect, layout};
 use cxc_mmf::{CreateOptions, Kind, Mapped, Origin};
+use cxc_testkit::{RoleCommand, arg, fields, in_role, path_arg, report};
 
 const TEST: &str = "create_or_open_race_has_exactly_one_creator";
 const ROLE: &str = "race";
-const START_VAR: &str = "CXC_TEST_START_NS";
 const PROCS: usize = 8;
 const ROUNDS: usize = 4;
 /// Written by the creator's `init` into head word 0.
@@ -36,11 +35,8 @@ fn now_ns() -> u128 {
 
 /// The child: wait for the start instant, race, report.
 fn child() {
-    let path = PathBuf::from(std::env::var_os(PATH_VAR).expect("child needs a path"));
-    let start: u128 = std::env::var(START_VAR)
-        .expect("child needs a start instant")
-        .parse()
-        .expect("start instant in ns");
+    let path = path_arg("path");
+    let start: u128 = arg("start_ns").parse().expect("start instant in ns");
     let arrived = now_ns();
     assert!(
         start.saturating_sub(arrived) < 30_000_000_000,
@@ -69,24 +65,17 @@ fn child() {
         Origin::Created => "Created",
         Origin::Opened => "Opened",
     };
-    println!(
-        "{RESULT_PREFIX}origin={origin} pid={pid} init={init} creator={creator} \
+    report(format_args!(
+        "origin={origin} pid={pid} init={init} creator={creator} \
          header_creator={} early_us={}",
         m.info().creator_pid,
         start.saturating_sub(arrived) / 1000,
-    );
-}
-
-/// Parses `key=value` pairs of a child's report.
-fn fields(line: &str) -> HashMap<&str, &str> {
-    line.split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .collect()
+    ));
 }
 
 #[test]
 fn create_or_open_race_has_exactly_one_creator() {
-    if role().as_deref() == Some(ROLE) {
+    if in_role(ROLE) {
         child();
         return;
     }
@@ -95,16 +84,19 @@ fn create_or_open_race_has_exactly_one_creator() {
         let path = dir.path().join("f.cxc");
         // Far enough ahead that every child has exec'd and is spinning when it passes.
         let start = now_ns() + Duration::from_millis(400).as_nanos();
-        let envs = [
-            (PATH_VAR, path.to_str().unwrap().to_owned()),
-            (START_VAR, start.to_string()),
-        ];
-        let children: Vec<_> = (0..PROCS).map(|_| spawn_child(TEST, ROLE, &envs)).collect();
-        let pids: Vec<u64> = children.iter().map(|c| u64::from(c.id())).collect();
+        let mut children: Vec<_> = (0..PROCS)
+            .map(|_| {
+                RoleCommand::new(TEST, ROLE)
+                    .arg("path", &path)
+                    .arg("start_ns", start.to_string())
+                    .spawn()
+            })
+            .collect();
+        let pids: Vec<u64> = children.iter().map(|c| u64::from(c.pid())).collect();
         let reports: Vec<String> = children
-            .into_iter()
+            .iter_mut()
             .map(|c| {
-                let mut lines = finish_child(c, &format!("round {round}"));
+                let mut lines = c.finish(CHILD_DEADLINE);
                 assert_eq!(lines.len(), 1, "round {round}: {lines:?}");
                 lines.remove(0)
             })

@@ -1,24 +1,15 @@
-//! Helpers shared by the integration tests: layouts, file patching, and running part of a
-//! test in a child process (a re-exec of the test binary) so that a fault in the code
-//! under test kills the child, not the test run.
+//! Helpers shared by the integration tests: layouts and file patching. Running part of a
+//! test in a child process (so that a fault in the code under test kills the child, not
+//! the test run) is `cxc_testkit`'s.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::io::Read;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, TypeFingerprint};
 
-/// Environment variable that tells a re-executed test binary which role to play.
-pub(crate) const ROLE_VAR: &str = "CXC_TEST_ROLE";
-/// Environment variable carrying the file the child works on.
-pub(crate) const PATH_VAR: &str = "CXC_TEST_PATH";
-/// Prefix of the lines a child prints for its parent.
-pub(crate) const RESULT_PREFIX: &str = "CXC-RESULT ";
 /// How long a child may run before the parent kills it and fails.
 pub(crate) const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -33,11 +24,6 @@ pub(crate) type TestMap = Mapped<Head, Slot>;
 pub(crate) const CAPACITY: u64 = 4;
 /// Total length of a file with the test layout.
 pub(crate) const TOTAL: u64 = 128 + 64 + 8 * CAPACITY;
-
-/// The role this process plays, if it was started as a child.
-pub(crate) fn role() -> Option<String> {
-    std::env::var(ROLE_VAR).ok()
-}
 
 /// A layout of `kind` with a 64-byte head and [`CAPACITY`] 8-byte slots.
 pub(crate) fn layout(kind: Kind) -> Layout {
@@ -127,74 +113,4 @@ pub(crate) fn variant_name(e: &MmfError) -> &'static str {
         MmfError::Io { .. } => "Io",
         _ => "Unknown",
     }
-}
-
-/// Starts this test binary again, running only `test` (exact name), with `role` and the
-/// extra environment `envs`. Its stdout is piped.
-pub(crate) fn spawn_child(test: &str, role: &str, envs: &[(&str, String)]) -> Child {
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut cmd = Command::new(exe);
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(ROLE_VAR, role)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawn child test process")
-}
-
-/// Waits (bounded) for `child`, asserts it exited normally with status 0 (it was not
-/// killed by a signal and no assertion failed in it), and returns the payloads of its
-/// [`RESULT_PREFIX`] lines.
-pub(crate) fn finish_child(mut child: Child, what: &str) -> Vec<String> {
-    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
-    let mut out = child.stdout.take().expect("piped stdout");
-    let mut err = child.stderr.take().expect("piped stderr");
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for child") {
-            break status;
-        }
-        if start.elapsed() > CHILD_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what}: child did not finish within {CHILD_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let stdout = out_t.join().unwrap_or_default();
-    let stderr = err_t.join().unwrap_or_default();
-    assert_eq!(
-        status.signal(),
-        None,
-        "{what}: child was killed by signal {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        status.signal()
-    );
-    assert!(
-        status.success(),
-        "{what}: child failed ({status})\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    let lines: Vec<String> = stdout
-        .lines()
-        // libtest prints "test name ... " without a newline before the test's own output.
-        .filter_map(|l| l.split_once(RESULT_PREFIX))
-        .map(|(_, rest)| rest.to_owned())
-        .collect();
-    assert!(
-        !lines.is_empty(),
-        "{what}: child printed no result (did it run the test?)\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    lines
 }
