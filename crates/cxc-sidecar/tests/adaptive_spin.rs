@@ -5,31 +5,33 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
-use common::{Probe, private_sidecar, wait_until};
+use common::{Probe, private_sidecar};
 use cxc_sidecar::{AdaptiveInstance, AdaptiveSpin, OpCode, SidecarBox, Strategy, flags};
+use cxc_testkit::{RoleCommand, path_arg, report, role, wait_until};
 
 const TEST: &str = "adaptive_spin_decision_reaches_other_process";
+/// Bound on each wait for the waiter process (it gives up by itself after 30 s).
+const CHILD: Duration = Duration::from_secs(60);
 
 /// The waiter process: reports the strategy it starts with, then records bursts of short
 /// waits until the strategy in the file changes, and reports what it follows.
 fn waiter() {
-    let probe = Probe::open(&common::shared_path());
+    let probe = Probe::open(&path_arg("path"));
     let (s0, g0) = probe.handshake().current();
-    println!("READY {} {g0}", s0.name());
+    report(format_args!("READY {} {g0}", s0.name()));
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut burst = 0u64;
     loop {
         // What a primitive's blocking slow path does: read the budget, wait, record.
         if let Some(budget) = probe.handshake().spin_budget() {
             let (s, g) = probe.handshake().current();
-            println!(
+            report(format_args!(
                 "FOLLOWED {} {} {g} after {burst} bursts",
                 s.name(),
                 budget.as_nanos()
-            );
+            ));
             return;
         }
         for i in 0..40 {
@@ -43,7 +45,7 @@ fn waiter() {
 
 #[test]
 fn adaptive_spin_decision_reaches_other_process() {
-    if let Some(role) = common::role() {
+    if let Some(role) = role() {
         assert_eq!(role, "waiter");
         waiter();
         return;
@@ -59,22 +61,14 @@ fn adaptive_spin_decision_reaches_other_process() {
     assert_eq!(sc.instances()[0].policy.as_deref(), Some("adaptive-spin"));
     let thread = sc.spawn(Duration::from_millis(2)).unwrap();
 
-    let mut child = common::spawn_child(TEST, "waiter", &path);
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut next_line = |prefix: &str| loop {
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("waiter exited before {prefix}"))
-            .unwrap();
-        // The harness prints "test NAME ... " before the test's own output.
-        if let Some(at) = line.find(prefix) {
-            return line[at + prefix.len()..].to_owned();
-        }
-    };
-    assert_eq!(next_line("READY "), "default 0");
-    let followed = next_line("FOLLOWED ");
-    let status = child.wait().unwrap();
-    assert!(status.success(), "waiter failed: {status}");
+    let mut child = RoleCommand::new(TEST, "waiter").arg("path", &path).spawn();
+    assert_eq!(child.next_report(CHILD), "READY default 0");
+    let followed = child.next_report(CHILD);
+    let followed = followed
+        .strip_prefix("FOLLOWED ")
+        .unwrap_or_else(|| panic!("expected FOLLOWED, got {followed:?}"))
+        .to_owned();
+    child.finish(CHILD);
 
     // The parent's view of the file and the waiter's agree.
     let (s, g) = probe.handshake().current();

@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{Probe, private_sidecar, wait_until};
+use common::{Probe, private_sidecar};
 use cxc_mmf::Kind;
 use cxc_sidecar::{
     AdaptiveInstance, Observation, OpCode, Sidecar, SidecarBox, SidecarThread, Stats, Strategy,
 };
+use cxc_testkit::wait_until;
 
 fn probe(dir: &tempfile::TempDir, name: &str) -> Probe {
     Probe::create(&dir.path().join(name))

@@ -7,12 +7,12 @@
 
 mod common;
 
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{EVENTS, Probe};
 use cxc_sidecar::{AdaptiveInstance, ObservationRing, OpCode};
+use cxc_testkit::{RoleCommand, path_arg, report, role, wait_until};
 
 const TEST: &str = "ring_stress_two_processes";
 const THREADS_PER_PROCESS: u64 = 4;
@@ -108,18 +108,18 @@ impl Check {
 
 #[test]
 fn ring_stress_two_processes() {
-    if let Some(role) = common::role() {
+    if let Some(role) = role() {
         assert_eq!(role, "producer");
-        let probe = Probe::open(&common::shared_path());
+        let probe = Probe::open(&path_arg("path"));
         probe.state().counters[READY].fetch_add(1, Ordering::AcqRel);
         assert!(
-            common::wait_until(Duration::from_secs(60), || probe.state().counters[GO]
+            wait_until(Duration::from_secs(60), || probe.state().counters[GO]
                 .load(Ordering::Acquire)
                 == 1),
             "no go from the parent"
         );
         produce(&probe, THREADS_PER_PROCESS);
-        println!("PRODUCED {}", RECORDS * THREADS_PER_PROCESS);
+        report(format_args!("produced={}", RECORDS * THREADS_PER_PROCESS));
         return;
     }
 
@@ -127,10 +127,12 @@ fn ring_stress_two_processes() {
     let path = dir.path().join("stress.probe");
     let probe = Probe::create(&path);
     let started = Instant::now();
-    let mut child = common::spawn_child(TEST, "producer", &path);
-    let child_pid = child.id();
+    let mut child = RoleCommand::new(TEST, "producer")
+        .arg("path", &path)
+        .spawn();
+    let child_pid = child.pid();
     assert!(
-        common::wait_until(Duration::from_secs(60), || probe.state().counters[READY]
+        wait_until(Duration::from_secs(60), || probe.state().counters[READY]
             .load(Ordering::Acquire)
             == 1),
         "producer process did not start"
@@ -150,7 +152,7 @@ fn ring_stress_two_processes() {
         loop {
             let parent_finished = parent_done.load(Ordering::Acquire);
             if !child_exited {
-                child_exited = child.try_wait().expect("wait for child").is_some();
+                child_exited = child.try_wait().is_some();
             }
             let finished = parent_finished && child_exited;
             let n = check.drain(ring, &mut cursor, child_pid);
@@ -166,18 +168,11 @@ fn ring_stress_two_processes() {
             }
         }
     });
-    let status = child.wait().expect("child status");
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    assert!(status.success(), "producer process failed: {status}");
+    // Checks the producer process exited with status 0.
+    let reports = child.finish(Duration::from_secs(60));
     assert!(
-        out.contains(&format!("PRODUCED {}", RECORDS * THREADS_PER_PROCESS)),
-        "child did not run the producers: {out:?}"
+        reports.contains(&format!("produced={}", RECORDS * THREADS_PER_PROCESS)),
+        "child did not run the producers: {reports:?}"
     );
 
     let ring = probe.ring();

@@ -1,10 +1,9 @@
 //! Test support: `Probe`, an `AdaptiveInstance` over a `Kind::Test` file whose fixed block
-//! embeds counters, a handshake and a ring the way a primitive does, and helpers to re-run
-//! this test binary as a child process.
+//! embeds counters, a handshake and a ring the way a primitive does, and a private
+//! sidecar. Child processes are `cxc_testkit`'s.
 #![allow(dead_code, unreachable_pub)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -137,49 +136,6 @@ impl AdaptiveInstance for Probe {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         counter_values(&COUNTER_NAMES, &self.state().counters)
-    }
-}
-
-/// Environment variable naming a child's role.
-pub const ROLE_VAR: &str = "CXC_SIDECAR_TEST_ROLE";
-/// Environment variable carrying the shared file's path to a child.
-pub const PATH_VAR: &str = "CXC_SIDECAR_TEST_PATH";
-
-/// The role this process was started with, `None` in the parent.
-pub fn role() -> Option<String> {
-    std::env::var(ROLE_VAR).ok()
-}
-
-/// The shared file's path (in a child).
-pub fn shared_path() -> PathBuf {
-    PathBuf::from(std::env::var_os(PATH_VAR).expect("child without a path"))
-}
-
-/// Re-runs this test binary as a child running only `test` (by exact name), in `role`, on
-/// the file at `path`. Its stdout is piped; stderr is inherited.
-pub fn spawn_child(test: &str, role: &str, path: &Path) -> Child {
-    Command::new(std::env::current_exe().expect("current exe"))
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(ROLE_VAR, role)
-        .env(PATH_VAR, path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn child test process")
-}
-
-/// Waits until `cond` holds, at most `timeout`.
-pub fn wait_until(timeout: std::time::Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
