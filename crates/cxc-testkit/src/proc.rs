@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -103,6 +103,10 @@ pub struct Proc {
     reaped: Option<ExitStatus>,
     lines: Receiver<String>,
     eof: bool,
+    /// Reports read while waiting for the end of output, not yet handed out.
+    pending: Vec<String>,
+    /// Stderr's lines (already kept in `stderr`), to see its end of file.
+    err_lines: Receiver<String>,
     stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
 }
@@ -156,7 +160,12 @@ impl Proc {
             stdout.clone(),
             Some(tx),
         );
-        drain(child.stderr.take().expect("piped"), stderr.clone(), None);
+        let (err_tx, err_lines) = channel();
+        drain(
+            child.stderr.take().expect("piped"),
+            stderr.clone(),
+            Some(err_tx),
+        );
         Proc {
             child,
             what: what.to_owned(),
@@ -164,6 +173,8 @@ impl Proc {
             reaped: None,
             lines,
             eof: false,
+            pending: Vec::new(),
+            err_lines,
             stdout,
             stderr,
         }
@@ -233,6 +244,9 @@ impl Proc {
     /// If none arrives in time or the child's stdout ends first; the message holds
     /// the child's output.
     pub fn next_report(&mut self, timeout: Duration) -> String {
+        if !self.pending.is_empty() {
+            return self.pending.remove(0);
+        }
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -243,11 +257,7 @@ impl Proc {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    panic!(
-                        "{}: no report within {timeout:?}{}",
-                        self.what,
-                        self.output()
-                    )
+                    panic!("{}: no report within {timeout:?}{}", self.what, self.dump())
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     self.eof = true;
@@ -256,7 +266,7 @@ impl Proc {
                         "{}: output ended before a report (status {status:?}){}{}",
                         self.what,
                         self.no_test_hint(),
-                        self.output()
+                        self.dump()
                     )
                 }
             }
@@ -277,39 +287,81 @@ impl Proc {
             panic!(
                 "{}: still running after {timeout:?}, killed{}",
                 self.what,
-                self.output()
+                self.dump()
             );
         };
-        let reports = self.remaining_reports();
+        self.wait_eof();
         if let Some(sig) = status.signal() {
-            panic!("{}: killed by signal {sig}{}", self.what, self.output());
+            panic!("{}: killed by signal {sig}{}", self.what, self.dump());
         }
         assert!(
             status.success(),
             "{}: failed ({status}){}",
             self.what,
-            self.output()
+            self.dump()
         );
         let hint = self.no_test_hint();
-        assert!(hint.is_empty(), "{}: {hint}{}", self.what, self.output());
-        reports
+        assert!(hint.is_empty(), "{}: {hint}{}", self.what, self.dump());
+        std::mem::take(&mut self.pending)
     }
 
-    /// Reports still in the pipe, waiting up to [`EOF_GRACE`] for the end of output.
-    fn remaining_reports(&mut self) -> Vec<String> {
+    /// Like [`Command::output`], bounded: waits at most `timeout` for the child to exit,
+    /// then for the end of its output, and returns its status, stdout and stderr (as read,
+    /// invalid UTF-8 replaced). Does not judge the status.
+    ///
+    /// # Panics
+    ///
+    /// If the child runs past `timeout` (it is killed first).
+    ///
+    /// ```
+    /// use std::process::Command;
+    /// use std::time::Duration;
+    /// let mut cmd = Command::new("sh");
+    /// cmd.args(["-c", "echo hi; exit 2"]);
+    /// let out = cxc_testkit::Proc::spawn(cmd, "sh").output(Duration::from_secs(60));
+    /// assert_eq!((out.status.code(), &out.stdout[..]), (Some(2), &b"hi\n"[..]));
+    /// ```
+    pub fn output(&mut self, timeout: Duration) -> Output {
+        let Some(status) = self.wait_timeout(timeout) else {
+            self.kill();
+            panic!(
+                "{}: still running after {timeout:?}, killed{}",
+                self.what,
+                self.dump()
+            );
+        };
+        self.wait_eof();
+        Output {
+            status,
+            stdout: self.stdout().into_bytes(),
+            stderr: self.stderr().into_bytes(),
+        }
+    }
+
+    /// Waits up to [`EOF_GRACE`] for the end of stdout and stderr (an exited child's
+    /// output may be in flight), keeping the reports read on the way for [`Proc::finish`].
+    fn wait_eof(&mut self) {
         let deadline = Instant::now() + EOF_GRACE;
-        let mut out = Vec::new();
         while !self.eof {
             match self
                 .lines
                 .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             {
-                Ok(line) => out.extend(line.split_once(REPORT_PREFIX).map(|(_, r)| r.to_owned())),
+                Ok(line) => {
+                    let report = line.split_once(REPORT_PREFIX).map(|(_, r)| r.to_owned());
+                    self.pending.extend(report);
+                }
                 Err(RecvTimeoutError::Disconnected) => self.eof = true,
                 Err(RecvTimeoutError::Timeout) => break,
             }
         }
-        out
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.err_lines.recv_timeout(left) {
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected | RecvTimeoutError::Timeout) => break,
+            }
+        }
     }
 
     /// Non-empty if this is a role child whose output shows it did not run its test.
@@ -338,7 +390,7 @@ impl Proc {
             .clone()
     }
 
-    fn output(&self) -> String {
+    fn dump(&self) -> String {
         format!(
             "\n--- pid {} stdout:\n{}\n--- stderr:\n{}",
             self.pid(),

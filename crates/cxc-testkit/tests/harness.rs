@@ -178,3 +178,18 @@ fn any_command_and_marker_files() {
     assert_eq!(p.stderr(), "err\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn output_of_a_chatty_command_is_complete() {
+    // More than a pipe holds: the child must not block on a full pipe.
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        "head -c 1000000 /dev/zero | tr '\\0' x; echo; echo done >&2",
+    ]);
+    let out = Proc::spawn(cmd, "chatty sh").output(T);
+    assert!(out.status.success());
+    assert_eq!(out.stdout.len(), 1_000_001);
+    assert!(out.stdout[..1_000_000].iter().all(|&b| b == b'x'));
+    assert_eq!(out.stderr, b"done\n");
+}
