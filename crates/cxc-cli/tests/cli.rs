@@ -1,15 +1,27 @@
 //! End-to-end tests of the built `cxc` binary.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use cxc_testkit::{Proc, wait_for_path};
+
+/// Bound on any one `cxc` run (the demo is the longest), so a hang fails the test.
+const T: Duration = Duration::from_secs(120);
 
 fn cxc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cxc"))
 }
 
+/// Starts `cxc ARGS` (killed if the test panics first).
+fn start(args: &[&str]) -> Proc {
+    let mut cmd = cxc();
+    cmd.args(args);
+    Proc::spawn(cmd, &format!("cxc {}", args.join(" ")))
+}
+
 fn run(args: &[&str]) -> Output {
-    cxc().args(args).output().expect("run cxc")
+    start(args).output(T)
 }
 
 fn text(o: &Output) -> String {
@@ -101,16 +113,11 @@ fn concurrent_lease_runs_never_interleave() {
         "for i in 1 2 3 4 5; do echo \"$CXC_FENCING_TOKEN start\" >> {o}; sleep 0.01; echo \"$CXC_FENCING_TOKEN end\" >> {o}; done",
         o = p(&out)
     );
-    let kids: Vec<_> = (0..3)
-        .map(|_| {
-            cxc()
-                .args(["lease", "run", p(&lease), "--", "sh", "-c", &script])
-                .spawn()
-                .unwrap()
-        })
+    let mut kids: Vec<_> = (0..3)
+        .map(|_| start(&["lease", "run", p(&lease), "--", "sh", "-c", &script]))
         .collect();
-    for mut k in kids {
-        assert!(k.wait().unwrap().success());
+    for k in &mut kids {
+        k.finish(T);
     }
     let lines: Vec<String> = std::fs::read_to_string(&out)
         .unwrap()
@@ -145,26 +152,23 @@ fn sem_run_never_runs_more_than_permits() {
         "echo \"+ $$\" >> {l}; sleep 0.05; echo \"- $$\" >> {l}",
         l = p(&log)
     );
-    let kids: Vec<_> = (0..6)
+    let mut kids: Vec<_> = (0..6)
         .map(|_| {
-            cxc()
-                .args([
-                    "sem",
-                    "run",
-                    p(&sem),
-                    "--permits",
-                    "2",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ])
-                .spawn()
-                .unwrap()
+            start(&[
+                "sem",
+                "run",
+                p(&sem),
+                "--permits",
+                "2",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
         })
         .collect();
-    for mut k in kids {
-        assert!(k.wait().unwrap().success());
+    for k in &mut kids {
+        k.finish(T);
     }
     let mut running = 0i32;
     let mut max = 0;
@@ -184,45 +188,34 @@ fn killed_lease_run_is_taken_over_by_waiting_run() {
     let d = tempfile::tempdir().unwrap();
     let lease = d.path().join("l");
     let marker = d.path().join("first-running");
-    let mut first = cxc()
-        .args([
-            "lease",
-            "run",
-            p(&lease),
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}; exec sleep 30", p(&marker)),
-        ])
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !marker.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "first run never started"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let second = cxc()
-        .args([
-            "lease",
-            "run",
-            p(&lease),
-            "--wait",
-            "20s",
-            "--",
-            "sh",
-            "-c",
-            "echo $CXC_FENCING_TOKEN",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut first = start(&[
+        "lease",
+        "run",
+        p(&lease),
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; exec sleep 30", p(&marker)),
+    ]);
+    assert!(
+        wait_for_path(&marker, Duration::from_secs(10)),
+        "first run never started"
+    );
+    let mut second = start(&[
+        "lease",
+        "run",
+        p(&lease),
+        "--wait",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "echo $CXC_FENCING_TOKEN",
+    ]);
     std::thread::sleep(Duration::from_millis(200));
-    first.kill().unwrap();
+    first.kill();
     let killed_at = Instant::now();
-    let out = second.wait_with_output().unwrap();
+    let out = second.output(T);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         killed_at.elapsed() < Duration::from_secs(5),
@@ -231,7 +224,6 @@ fn killed_lease_run_is_taken_over_by_waiting_run() {
     );
     let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     assert_eq!(token, 2, "second holder got the next fencing token");
-    let _ = first.wait();
     // The orphaned `sleep` of the killed run keeps running; it is harmless here.
 }
 
@@ -242,25 +234,22 @@ fn lease_run_times_out_and_passes_exit_codes() {
     let o = run(&["lease", "run", p(&lease), "--", "sh", "-c", "exit 7"]);
     assert_eq!(o.status.code(), Some(7));
     let marker = d.path().join("holding");
-    let mut holder = cxc()
-        .args([
-            "lease",
-            "run",
-            p(&lease),
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}; sleep 5", p(&marker)),
-        ])
-        .spawn()
-        .unwrap();
-    while !marker.exists() {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let mut holder = start(&[
+        "lease",
+        "run",
+        p(&lease),
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 5", p(&marker)),
+    ]);
+    assert!(
+        wait_for_path(&marker, Duration::from_secs(10)),
+        "holder never started"
+    );
     let o = run(&["lease", "run", p(&lease), "--wait", "100ms", "--", "true"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    holder.kill().unwrap();
-    let _ = holder.wait();
+    holder.kill();
 }
 
 #[test]
