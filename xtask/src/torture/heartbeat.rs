@@ -27,8 +27,8 @@ use cxc::{
 };
 
 use super::control::{Ctx, stat};
-use super::rng::Rng;
 use super::shm::Words;
+use cxc_testkit::Rng;
 
 pub(crate) const FILE: &str = "heartbeat.cxc";
 const UNITS_FILE: &str = "hb-units.cxc";

@@ -33,8 +33,8 @@ use cxc::{EpochMode, LeaseClaim, LeaseOptions, OwnerLease, Preemption};
 use cxc_mmf::identity::{ProcStatus, proc_status};
 
 use super::control::{Ctx, stat};
-use super::rng::Rng;
 use super::shm::Words;
+use cxc_testkit::Rng;
 
 pub(crate) const FILE: &str = "lease.cxc";
 const AUX_FILE: &str = "lease-aux.cxc";
@@ -58,7 +58,7 @@ const LOG_RECORD: usize = 32;
 fn checksum(p: &Payload) -> u64 {
     let mut h = 0x6a09_e667_f3bc_c908u64;
     for w in &p[..5] {
-        h = super::rng::mix(h ^ w);
+        h = cxc_testkit::mix(h ^ w);
     }
     h
 }

@@ -11,7 +11,6 @@ mod control;
 mod heartbeat;
 mod lease;
 mod opts;
-mod rng;
 mod semaphore;
 mod shm;
 mod supervisor;
@@ -128,7 +127,7 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
             }
         };
     }
-    let rng = rng::Rng::derive(o.seed, o.role.code(), o.id as u64, o.inc);
+    let rng = cxc_testkit::Rng::derive(o.seed, o.role.code(), o.id as u64, o.inc);
     let r = match o.role {
         Role::Lease => lease::worker(&ctx, rng),
         Role::Heartbeat => heartbeat::worker(&ctx, rng),

@@ -21,8 +21,8 @@ use cxc::SharedSemaphore;
 use cxc_mmf::identity::{ProcStatus, proc_status};
 
 use super::control::{Ctx, stat};
-use super::rng::Rng;
 use super::shm::Words;
+use cxc_testkit::Rng;
 
 pub(crate) const FILE: &str = "semaphore.cxc";
 const RECORDS_FILE: &str = "sem-records.cxc";

@@ -12,8 +12,8 @@ use rustix::process::{Pid, Signal, kill_process};
 
 use super::control::{self, Ctx, stat};
 use super::opts::{Options, Role, WorkerOptions};
-use super::rng::Rng;
 use super::{heartbeat, lease, semaphore};
+use cxc_testkit::Rng;
 
 /// Chaos actions come every 20 ms to `2 * CHAOS_MEAN_MS` (uniform; mean about 160 ms).
 const CHAOS_MEAN_MS: u64 = 150;
