@@ -21,7 +21,9 @@ const EOF_GRACE: Duration = Duration::from_secs(2);
 /// with its module path for unit tests) in role `role`.
 ///
 /// The child gets [`ROLE_VAR`]` = role`, its arguments as environment variables (read
-/// them with [`crate::arg`]), and `--exact TEST --nocapture --test-threads=1`.
+/// them with [`crate::arg`]), and `--exact TEST --include-ignored --nocapture
+/// --test-threads=1` (so a test marked `#[ignore]` runs in the child too: the parent
+/// running it is the decision).
 ///
 /// ```no_run
 /// # let path = std::path::Path::new("f");
@@ -46,8 +48,14 @@ impl RoleCommand {
     pub fn new(test: &str, role: &str) -> Self {
         let exe = std::env::current_exe().expect("the path of this test binary");
         let mut cmd = Command::new(exe);
-        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(ROLE_VAR, role);
+        cmd.args([
+            "--exact",
+            test,
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE_VAR, role);
         RoleCommand {
             cmd,
             test: test.to_owned(),

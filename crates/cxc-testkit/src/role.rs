@@ -68,6 +68,9 @@ pub fn path_arg(key: &str) -> PathBuf {
 /// Prints one report line for the parent ([`crate::Proc::next_report`],
 /// [`crate::Proc::finish`]): [`REPORT_PREFIX`] then `line`, flushed at once. A report is
 /// one line; by convention `key=value` pairs separated by spaces (see [`fields`]).
+///
+/// It writes to the process's stdout directly, not through `println!`, so the test
+/// harness's output capture never holds it back, with or without `--nocapture`.
 pub fn report(line: impl Display) {
     let line = line.to_string();
     debug_assert!(!line.contains('\n'), "a report is one line: {line:?}");

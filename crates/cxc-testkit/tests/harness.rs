@@ -193,3 +193,47 @@ fn output_of_a_chatty_command_is_complete() {
     assert!(out.stdout[..1_000_000].iter().all(|&b| b == b'x'));
     assert_eq!(out.stderr, b"done\n");
 }
+
+#[test]
+#[ignore = "a role target only: run by ignored_tests_run_in_the_child"]
+fn ignored_role_target() {
+    if in_role("ignored") {
+        report("ran=yes");
+    }
+}
+
+#[test]
+fn ignored_tests_run_in_the_child() {
+    let mut child = spawn_role("ignored_role_target", "ignored");
+    assert_eq!(child.finish(T), ["ran=yes"]);
+}
+
+#[test]
+fn reports_bypass_output_capture() {
+    if in_role("captured") {
+        println!("not a report");
+        report("seen=1");
+        return;
+    }
+    // Without --nocapture, libtest holds back (and, as the test passes, drops) what
+    // `println!` prints; the report still arrives.
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "reports_bypass_output_capture",
+        "--test-threads=1",
+    ])
+    .env(cxc_testkit::ROLE_VAR, "captured");
+    let mut child = Proc::spawn(cmd, "captured child");
+    assert_eq!(child.finish(T), ["seen=1"]);
+    assert!(
+        child.stdout().contains("running 1 test"),
+        "{}",
+        child.stdout()
+    );
+    assert!(
+        !child.stdout().contains("not a report"),
+        "{}",
+        child.stdout()
+    );
+}
