@@ -313,8 +313,10 @@ fn stale_claim_release_write_beat_are_rejected_after_handover() {
     assert!(lease.write_claimed(&again, 5));
 }
 
+/// Every claim names the process that made it, also a claim made for another pid: that
+/// process's threads are the ones that write under it.
 #[test]
-fn own_pid_claims_record_identity_others_do_not() {
+fn claims_record_the_identity_of_the_claiming_process() {
     let d = tmp();
     let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
     let me = std::process::id();
@@ -326,7 +328,8 @@ fn own_pid_claims_record_identity_others_do_not() {
     );
     assert!(lease.release(me));
     assert!(lease.try_acquire(u32::MAX - 1, 1000));
-    assert_eq!(lease.status().owner_start, None);
+    assert_eq!(lease.current_owner(), Some(u32::MAX - 1));
+    assert!(lease.status().owner_start.is_some());
 }
 
 #[test]
@@ -427,11 +430,11 @@ fn threads_hammering_with_lease_lose_no_update() {
     assert_eq!(lease.with_lease(9, 3, |v| *v), Some(total));
 }
 
-/// A process whose pid was held by a dead predecessor (pid reuse, or a container restart
-/// with the same pid) finds the predecessor's identity entry when it opens the lease: the
-/// predecessor's claim under that pid is abandoned and released, even mid-write.
+/// A claim whose recorded process is gone (here: the identity in its slot names another
+/// process, as after pid reuse) is taken over at once, even mid-write; the unfinished
+/// write is never published and the new holder is told the payload may be inconsistent.
 #[test]
-fn claim_of_a_dead_namesake_is_vacated_on_open() {
+fn claim_of_a_dead_holder_mid_write_is_taken_over() {
     use std::os::unix::fs::FileExt;
     let d = tmp();
     let p = d.path().join("l");
@@ -440,35 +443,54 @@ fn claim_of_a_dead_namesake_is_vacated_on_open() {
         let lease: OwnerLease<u64> = OwnerLease::create(&p, 5).unwrap();
         assert!(lease.try_acquire(me, 3));
     }
-    // Pretend the claim was made by an earlier process with our pid: its identity entry
-    // (slot 0 of the table at body offset 320) carries another start time, and it died
-    // in the middle of a write (WRITE bit, bit 33 of the claim word at body offset 0).
+    // Pretend the claim was made by an earlier process: its identity slot (slot 0 of the
+    // table at body offset 768; the identity's unique word at +40) names another process,
+    // and it died in the middle of a write (WRITE, bit 14 of the claim word at offset 0).
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&p)
         .unwrap();
     let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, 128 + 320 + 8).unwrap();
-    let start = u64::from_ne_bytes(b);
-    f.write_all_at(&(start + 1).to_ne_bytes(), 128 + 320 + 8)
+    f.read_exact_at(&mut b, 128 + 768 + 40).unwrap();
+    let unique = u64::from_ne_bytes(b);
+    f.write_all_at(&(unique + 1).to_ne_bytes(), 128 + 768 + 40)
         .unwrap();
     f.read_exact_at(&mut b, 128).unwrap();
-    f.write_all_at(&(u64::from_ne_bytes(b) | 1 << 33).to_ne_bytes(), 128)
+    f.write_all_at(&(u64::from_ne_bytes(b) | 1 << 14).to_ne_bytes(), 128)
         .unwrap();
 
     let lease: OwnerLease<u64> = OwnerLease::open(&p).unwrap();
-    assert_eq!(
-        lease.current_owner(),
-        None,
-        "the dead namesake's claim is released"
-    );
-    assert!(!lease.status().writing);
-    let c = lease.try_claim(me, 3).unwrap();
+    assert!(lease.status().writing);
+    let c = lease
+        .try_claim(me, 3)
+        .expect("a dead holder is taken over at once");
+    assert!(c.payload_may_be_inconsistent());
     assert_eq!(
         lease.read_claimed(&c),
         Some(5),
         "its unfinished write was not published"
     );
     assert!(lease.release_claim(&c));
+}
+
+/// A lease file of the previous format version (1: pid-named claims, two buffers) is
+/// refused with an error that names both versions.
+#[test]
+fn old_format_version_is_refused_naming_both_versions() {
+    use std::os::unix::fs::FileExt;
+    let d = tmp();
+    let p = d.path().join("l");
+    drop(OwnerLease::<u64>::create(&p, 5).unwrap());
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.write_all_at(&1u32.to_ne_bytes(), 8).unwrap();
+    let err = OwnerLease::<u64>::open(&p).unwrap_err();
+    match &err {
+        cxc_sync::LeaseError::File(cxc_mmf::MmfError::UnsupportedVersion { expected, found }) => {
+            assert_eq!((*expected, *found), (cxc_mmf::FORMAT_VERSION, 1));
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains('1') && text.contains('2'), "{text}");
 }

@@ -295,7 +295,7 @@ impl Rng {
 // 1. Heartbeat failover
 // ---------------------------------------------------------------------------------------
 
-/// Child: claims with a fake pid (no OS identity) and beats about every millisecond.
+/// Child: claims with a fake pid and beats about every millisecond.
 fn role_beater() {
     let lease = OwnerLease::<u64>::open(env_path(PATH_VAR)).expect("open lease");
     let grace = env_u64(GRACE_VAR);
@@ -317,19 +317,20 @@ fn role_beater() {
     }
 }
 
-/// L5 (heartbeat): a beating holder is never taken over, and once it is SIGKILLed the
-/// standby takes over at exactly the first epoch where `epoch - heartbeat > grace`, with a
-/// higher generation. [`Preemption::Never`] with a standby pid lower than the holder's
-/// also checks that `Never` really does not preempt.
+/// L5 (heartbeat): a beating holder is never taken over, and once it is stopped (SIGSTOP:
+/// alive, so only its heartbeat can tell) the standby takes over at exactly the first
+/// epoch where `epoch - heartbeat > grace`, with a higher generation. [`Preemption::Never`]
+/// with a standby pid lower than the holder's also checks that `Never` really does not
+/// preempt.
 #[test]
-fn standby_takes_over_after_sigkill_heartbeat_path() {
+fn standby_takes_over_after_sigstop_heartbeat_path() {
     child_dispatch();
     const GRACE: u64 = 150;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("hb.lease");
     let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).expect("create");
     let mut kid = Kid::spawn(
-        "standby_takes_over_after_sigkill_heartbeat_path",
+        "standby_takes_over_after_sigstop_heartbeat_path",
         "beater",
         &[(PATH_VAR, &path), (GRACE_VAR, &GRACE.to_string())],
     );
@@ -360,9 +361,9 @@ fn standby_takes_over_after_sigkill_heartbeat_path() {
         "the child's beats did not move the heartbeat: {st:?}"
     );
 
-    // SIGKILL and reap: after this no beat can land.
-    kid.sigkill();
-    kid.reap();
+    // SIGSTOP: after this no beat can land, and the OS still says the holder lives.
+    kid.signal(rustix::process::Signal::STOP);
+    kid.wait_stopped();
     let hb = lease.status().heartbeat_epoch;
     let e0 = lease.current_epoch();
     let t0 = Instant::now();
@@ -392,10 +393,12 @@ fn standby_takes_over_after_sigkill_heartbeat_path() {
     assert!(!claim.payload_may_be_inconsistent());
     assert_eq!(lease.status().counters[counter::CLAIM_STALE], 1);
     println!(
-        "heartbeat path: takeover {} ticks after death (grace {GRACE}), {:?} wall time",
+        "heartbeat path: takeover {} ticks after the stop (grace {GRACE}), {:?} wall time",
         at - e0,
         t0.elapsed()
     );
+    kid.sigkill();
+    kid.reap();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1018,99 +1021,78 @@ fn stopped_in_closure(test: &str, path: &Path, aux: &Path, rep: &Path, real_pid:
     kid
 }
 
-/// L1/L2 with OS identity: a live holder stopped in the middle of a `with_lease` closure
-/// is never taken over, however stale its heartbeat (the OS says it is alive, so its
-/// update may still land); once resumed it publishes normally.
-#[test]
-fn paused_real_pid_writer_is_not_superseded_mid_write() {
+/// L5 + L7: a live holder stopped (SIGSTOP) in the middle of a `with_lease` closure is
+/// replaced once its heartbeat is older than the grace; the new holder is told the payload
+/// may be inconsistent, reads the last published value and writes its own. When the old
+/// holder is continued, its closure's update is never published, its staging buffer
+/// leaves quarantine, and the new holder's value stays.
+fn stopped_writer_is_replaced_and_never_published(test: &str, real_pid: bool) {
     child_dispatch();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mid.lease");
     let (aux, rep) = (dir.path().join("sig"), dir.path().join("report"));
     let lease = OwnerLease::<u64>::create_with(&path, 1, &never()).expect("create");
-    let mut kid = stopped_in_closure(
-        "paused_real_pid_writer_is_not_superseded_mid_write",
-        &path,
-        &aux,
-        &rep,
-        true,
-    );
+    let mut kid = stopped_in_closure(test, &path, &aux, &rep, real_pid);
+    let pid = if real_pid {
+        kid.pid()
+    } else {
+        FAKE_CHILD_BASE + kid.pid()
+    };
     let st = lease.status();
     assert!(
-        st.writing && st.owner == Some(kid.pid()) && st.owner_start.is_some(),
+        st.writing && st.owner == Some(pid) && st.owner_start.is_some(),
         "{st:?}"
     );
     let me = std::process::id();
-    for _ in 0..3 * PAUSE_GRACE {
+    let hb = st.heartbeat_epoch;
+    while lease.current_epoch() < hb + PAUSE_GRACE {
         lease.tick_epoch();
+        assert!(
+            lease.try_claim(me, PAUSE_GRACE).is_none(),
+            "took over within grace"
+        );
     }
-    assert!(
-        lease.try_claim(me, PAUSE_GRACE).is_none(),
-        "live writer superseded"
-    );
-    assert!(
-        lease
-            .acquire(me, PAUSE_GRACE, Duration::from_millis(100))
-            .is_none(),
-        "live writer superseded by a blocked acquire"
-    );
+    lease.tick_epoch();
+    let mine = lease
+        .acquire(me, PAUSE_GRACE, Duration::from_secs(2))
+        .expect("a stopped writer is replaced after the grace");
+    assert!(mine.payload_may_be_inconsistent());
+    assert_eq!(lease.read_claimed(&mine), Some(1));
+    assert!(lease.write_claimed(&mine, 222));
+    assert_eq!(lease.status().counters[counter::QUARANTINED], 1);
     std::fs::write(aux.with_extension("go"), b"").expect("go file");
     kid.signal(rustix::process::Signal::CONT);
     wait_exit_ok(&mut kid, Duration::from_secs(5));
     let text = std::fs::read_to_string(&rep).expect("child report");
-    assert!(report_bool(&text, "published"), "{text}");
-    let mine = lease
-        .try_claim(me, PAUSE_GRACE)
-        .expect("vacant after the child's release");
-    assert!(!mine.payload_may_be_inconsistent());
-    assert_eq!(lease.read_claimed(&mine), Some(0xBAD));
+    assert!(!report_bool(&text, "published"), "{text}");
+    assert!(lease.is_current(&mine));
+    assert_eq!(
+        lease.read_claimed(&mine),
+        Some(222),
+        "the stale write appeared"
+    );
+    // The stale writer freed its quarantined buffer; further writes keep working.
+    let st = lease.status();
+    assert_eq!(st.counters[counter::QUARANTINE_FREED], 1, "{st:?}");
+    for v in 0..20 {
+        assert!(lease.write_claimed(&mine, 300 + v));
+    }
+    assert_eq!(lease.read_claimed(&mine), Some(319));
+    assert!(lease.release_claim(&mine));
 }
 
-/// L2/L4 without OS identity: a holder claimed for a pid that is not its own (so the OS
-/// cannot vouch for it) stopped inside a `with_lease` closure is not presumed dead while
-/// its write is in flight, however stale its heartbeat: a resumed writer could otherwise
-/// store into the buffer the next holder publishes. After SIGCONT it publishes normally.
 #[test]
-fn paused_fake_pid_writer_is_not_superseded_mid_write() {
-    child_dispatch();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("mid.lease");
-    let (aux, rep) = (dir.path().join("sig"), dir.path().join("report"));
-    let lease = OwnerLease::<u64>::create_with(&path, 1, &never()).expect("create");
-    let mut kid = stopped_in_closure(
-        "paused_fake_pid_writer_is_not_superseded_mid_write",
-        &path,
-        &aux,
-        &rep,
+fn paused_real_pid_writer_is_replaced_and_never_published() {
+    stopped_writer_is_replaced_and_never_published(
+        "paused_real_pid_writer_is_replaced_and_never_published",
+        true,
+    );
+}
+
+#[test]
+fn paused_fake_pid_writer_is_replaced_and_never_published() {
+    stopped_writer_is_replaced_and_never_published(
+        "paused_fake_pid_writer_is_replaced_and_never_published",
         false,
     );
-    let st = lease.status();
-    assert!(
-        st.writing && st.owner == Some(FAKE_CHILD_BASE + kid.pid()) && st.owner_start.is_none(),
-        "{st:?}"
-    );
-    let me = std::process::id();
-    for _ in 0..3 * PAUSE_GRACE {
-        lease.tick_epoch();
-    }
-    assert!(
-        lease.try_claim(me, PAUSE_GRACE).is_none(),
-        "unidentified writer superseded mid-write"
-    );
-    assert!(
-        lease
-            .acquire(me, PAUSE_GRACE, Duration::from_millis(100))
-            .is_none(),
-        "unidentified writer superseded by a blocked acquire"
-    );
-    std::fs::write(aux.with_extension("go"), b"").expect("go file");
-    kid.signal(rustix::process::Signal::CONT);
-    wait_exit_ok(&mut kid, Duration::from_secs(5));
-    let text = std::fs::read_to_string(&rep).expect("child report");
-    assert!(report_bool(&text, "published"), "{text}");
-    let mine = lease
-        .try_claim(me, PAUSE_GRACE)
-        .expect("vacant after the child's release");
-    assert!(!mine.payload_may_be_inconsistent());
-    assert_eq!(lease.read_claimed(&mine), Some(0xBAD));
 }

@@ -6,7 +6,8 @@ use cxc_mmf::MmfError;
 
 use crate::epoch::EpochMode;
 
-/// A fenced claim on an [`OwnerLease`](super::OwnerLease): the holder pid and the claim's
+/// A fenced claim on an [`OwnerLease`](super::OwnerLease): who holds it (an identity-table
+/// slot naming the claiming process and the pid the claim was made for) and the claim's
 /// generation (the fencing token).
 ///
 /// Generations strictly increase on every handover, so a storage system that remembers
@@ -14,8 +15,10 @@ use crate::epoch::EpochMode;
 /// (seed 003: a stale claim never clears or supersedes the current one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseClaim {
-    /// Claim word bits identifying the claim (pid and low generation bits).
+    /// Claim word bits identifying the claim (holder slot and low generation bits).
     pub(crate) id: u64,
+    /// The pid the claim was made for.
+    pub(crate) pid: u32,
     /// Full 64-bit generation.
     pub(crate) generation: u64,
     /// Whether the previous holder died in the middle of an update.
@@ -26,7 +29,7 @@ impl LeaseClaim {
     /// The pid this claim was made for.
     #[inline]
     pub fn pid(&self) -> u32 {
-        self.id as u32
+        self.pid
     }
 
     /// The fencing token: strictly increasing on every handover of the lease.

@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
 use cxc_sidecar::{
@@ -14,13 +14,15 @@ use cxc_sidecar::{
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+use super::os::Identity;
 use super::state::{
-    ClaimReason, Granted, ID_MASK, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WRITE_BIT,
-    counter, pid_of,
+    ClaimReason, Claimant, Granted, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WriteRefused,
+    counter,
 };
 use super::watch::DeathWatcher;
+use super::word::Word;
 use crate::epoch::{EpochClock, EpochMode};
-use crate::liveness::{Liveness, PidWatch};
+use crate::liveness::Liveness;
 use crate::primitive::{Ordering, fence};
 
 /// Size of the lease's fixed block in the file.
@@ -78,6 +80,10 @@ pub struct OwnerLease<T> {
     preemption: Preemption,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     observed: AtomicBool,
+    /// The last claimant registered through this handle: `pid << 32 | holder`, valid
+    /// while `cache_ident` equals this process's identity (a forked child's differs).
+    cache: AtomicU64,
+    cache_ident: AtomicU64,
     _payload: PhantomData<fn() -> T>,
 }
 
@@ -86,6 +92,7 @@ impl<T> std::fmt::Debug for OwnerLease<T> {
         f.debug_struct("OwnerLease")
             .field("path", &self.map.path())
             .field("claim", &self.map.head().claim.load(Ordering::Relaxed))
+            .field("owner", &self.current_owner_raw())
             .finish()
     }
 }
@@ -97,7 +104,8 @@ pub struct LeaseStatus {
     pub owner: Option<u32>,
     /// Generation of the current (or last) claim.
     pub generation: u64,
-    /// Start time recorded for the holder (clock ticks since boot), if it claimed its own pid.
+    /// The recorded identity value of the process that made the current claim (its
+    /// pidfs inode, or a flagged start time on kernels without pidfs), if readable.
     pub owner_start: Option<u64>,
     /// Whether a write (or `with_lease` closure) is in flight.
     pub writing: bool,
@@ -215,7 +223,7 @@ fn check_params(params: &[u64; 4]) -> Result<(), MmfError> {
 /// lease is released.
 struct AbortOnUnwind<'a> {
     state: &'a LeaseState,
-    word: u64,
+    word: Word,
     armed: bool,
 }
 
@@ -332,8 +340,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     fn from_map(map: Mapped<LeaseState>) -> Self {
-        // Record who we are before we can claim (see `ident.rs`).
-        map.head().register_identity(crate::liveness::current());
+        // Identity slots are registered on the first claim (see `ident.rs`).
         Self::from_map_unregistered(map)
     }
 
@@ -347,11 +354,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             clock: EpochClock::new(epoch),
             preemption,
             observed: AtomicBool::new(false),
+            cache: AtomicU64::new(0),
+            cache_ident: AtomicU64::new(0),
             _payload: PhantomData,
         }
     }
 }
-
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     fn state(&self) -> &LeaseState {
@@ -389,12 +397,65 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.state().ring.record(op, flags, arg);
     }
 
+    /// The identity-table holder value this process uses for `pid`, from the handle's
+    /// cache. `None` on a miss (another pid, never registered, or a forked child).
+    #[inline]
+    fn cached_holder(&self, pid: u32) -> Option<u8> {
+        use std::sync::atomic::Ordering as O;
+        let me = Identity::current().unique;
+        if self.cache_ident.load(O::Acquire) != me || me == 0 {
+            return None;
+        }
+        let c = self.cache.load(O::Acquire);
+        // SYNC: handle cache. Pairs with the stores in `holder_slow`.
+        if self.cache_ident.load(O::Acquire) != me || (c >> 32) as u32 != pid {
+            return None;
+        }
+        Some(c as u8).filter(|h| *h != 0)
+    }
+
+    /// The holder value for `pid`, registering a slot of the identity table if
+    /// `register` (claims) or only looking one up (operations of a holder).
+    #[inline]
+    fn holder(&self, pid: u32, register: bool) -> Option<u8> {
+        if pid == 0 {
+            return None;
+        }
+        self.cached_holder(pid)
+            .or_else(|| self.holder_slow(pid, register))
+    }
+
+    #[cold]
+    fn holder_slow(&self, pid: u32, register: bool) -> Option<u8> {
+        use std::sync::atomic::Ordering as O;
+        let me = Identity::current();
+        let st = self.state();
+        let h = if register {
+            st.register(pid, &me)?
+        } else {
+            st.idents
+                .iter()
+                .position(|s| s.read() == Some((pid, me)))
+                .map(|i| i as u8 + 1)?
+        };
+        self.cache_ident.store(0, O::Relaxed);
+        std::sync::atomic::fence(O::Release);
+        self.cache
+            .store(u64::from(pid) << 32 | u64::from(h), O::Relaxed);
+        self.cache_ident.store(me.unique, O::Release);
+        Some(h)
+    }
+
     /// Claims through the protocol with the OS-identity judge, and records the claim.
     #[inline]
     fn claim_now(&self, my_pid: u32, grace: u64, write: bool) -> Option<Granted> {
+        let holder = self.holder(my_pid, true)?;
         let g = self.state().try_claim(
             self.policy(),
-            my_pid,
+            Claimant {
+                holder,
+                pid: my_pid,
+            },
             grace,
             self.now(),
             |s: &LeaseState, w| s.holder_liveness(w),
@@ -431,7 +492,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     /// Seed API: claims the lease for `my_pid` if it is vacant, held by a higher pid
     /// (with [`Preemption::LowerPid`]), stale by more than `grace` epochs, or held by a
-    /// process that no longer exists. Idempotent for the current holder. PID 0 is refused.
+    /// process that no longer exists. Idempotent for the current holder (the same `pid`
+    /// claimed through this process). PID 0 is refused, and so is a claim when the
+    /// file's identity table has no free slot (64 slots; one per process and pid).
     #[inline]
     pub fn try_acquire(&self, my_pid: u32, grace: u64) -> bool {
         self.claim_now(my_pid, grace, false).is_some()
@@ -446,16 +509,19 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
     /// spins briefly, then sleeps in the kernel (futex on the file) and is woken by a
-    /// release; while asleep it re-checks every millisecond for a stale heartbeat or a
-    /// dead holder (one `poll` on a pidfd), so a crashed holder is replaced promptly.
+    /// release; while asleep it re-checks every 2 ms (every 25 ms while a death-watcher
+    /// thread holds a pidfd of the holder and wakes it when the holder's process exits)
+    /// for a stale heartbeat or a dead holder, so a crashed holder is replaced promptly.
     pub fn acquire(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
-        if my_pid == 0 {
-            return None;
-        }
+        let holder = self.holder(my_pid, true)?;
+        let me = Claimant {
+            holder,
+            pid: my_pid,
+        };
         // First attempt without an OS check: the slow path checks holder death cheaply.
         let first = self.state().try_claim(
             self.policy(),
-            my_pid,
+            me,
             grace,
             self.now(),
             |_: &LeaseState, _| Liveness::Unknown,
@@ -465,11 +531,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             self.note_grant(&g);
             return Some(self.state().claim_for(g.word, g.torn));
         }
-        self.acquire_slow(my_pid, grace, timeout)
+        self.acquire_slow(me, grace, timeout)
     }
 
     #[cold]
-    fn acquire_slow(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
+    fn acquire_slow(&self, me: Claimant, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
         let st = self.state();
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
@@ -489,7 +555,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             std::hint::spin_loop();
             let got = st.try_claim(
                 self.policy(),
-                my_pid,
+                me,
                 grace,
                 self.now(),
                 |_: &LeaseState, _| Liveness::Unknown,
@@ -506,7 +572,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             }
         }
         st.bump(counter::BLOCKED_WAITS, 1);
-        let mut watch = PidWatch::new();
+        let mut watch = crate::liveness::PidWatch::new();
         std::thread::scope(|scope| {
             let mut watcher: Option<DeathWatcher<'_>> = None;
             let mut naps = 0u32;
@@ -516,16 +582,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 // `wake_waiters`: either the releaser sees us or we see its release.
                 fence(Ordering::SeqCst);
                 let seq = st.wake.load(Ordering::SeqCst);
-                // One OS check per wake-up after the first sleep, through a pidfd opened
-                // once per holder (a quick handoff pays none).
+                // One OS check per wake-up after the first sleep (a quick handoff pays
+                // none).
                 let check_os = naps > 0;
                 let got = st.try_claim(
                     self.policy(),
-                    my_pid,
+                    me,
                     grace,
                     self.now(),
-                    |s: &LeaseState, w| match s.holder_start(w) {
-                        Some(start) if check_os => watch.liveness(pid_of(w), start),
+                    |s: &LeaseState, w| match s.holder_identity(w) {
+                        Some(id) if check_os => watch.liveness(id.pid, id.unique),
                         _ => Liveness::Unknown,
                     },
                     false,
@@ -579,32 +645,39 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         st: &'env LeaseState,
         watcher: &mut Option<DeathWatcher<'scope>>,
     ) -> bool {
-        let cur = st.claim.load(Ordering::Acquire);
-        let id = cur & ID_MASK;
-        if pid_of(cur) == 0 {
+        let cur = st.word();
+        if cur.is_vacant() {
             return false;
         }
-        if watcher.as_ref().is_some_and(|w| w.id == id) {
+        if watcher.as_ref().is_some_and(|w| w.id == cur.id()) {
             return true;
         }
         if let Some(w) = watcher.take() {
             w.stop();
         }
-        let Some(start) = st.holder_start(cur) else {
+        let Some(ident) = st.holder_identity(cur) else {
             return false;
         };
-        *watcher = DeathWatcher::spawn(scope, st, id, pid_of(cur), start);
+        *watcher = DeathWatcher::spawn(scope, st, cur.id(), ident);
         watcher.is_some()
     }
 
-    /// Seed API: releases the lease if `my_pid` holds it.
+    /// Whether `word` is a claim made by this process for `pid` (no registration).
+    #[inline]
+    fn held_as(&self, word: Word, pid: u32) -> bool {
+        !word.is_vacant() && self.holder(pid, false) == Some(word.holder())
+    }
+
+    /// Seed API: releases the lease if `my_pid` holds it (claimed through this process).
+    /// Any thread of the process may release it, also while a sibling thread is writing
+    /// under the same pid: that write then fails and is never published.
     #[inline]
     pub fn release(&self, my_pid: u32) -> bool {
-        let cur = self.state().claim.load(Ordering::Acquire);
-        if my_pid == 0 || pid_of(cur) != my_pid {
+        let cur = self.state().word();
+        if !self.held_as(cur, my_pid) {
             return false;
         }
-        let ok = self.state().release_from(cur & ID_MASK, cur);
+        let ok = self.state().release_from(cur.id(), cur);
         self.note(OpCode::LeaseRelease, 0, u64::from(ok));
         ok
     }
@@ -629,14 +702,18 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Seed API: claims the lease (as [`try_acquire`](Self::try_acquire)), runs `f` on a
     /// copy of the payload, publishes the result and releases, in two atomic steps. If
     /// `my_pid` already held the lease it stays held. Returns `None` if the lease could
-    /// not be claimed, or if the claim was lost while `f` ran — then nothing is published.
-    /// If `f` panics nothing is published and the lease is released.
+    /// not be claimed, or if the claim was lost while `f` ran — then nothing is published,
+    /// ever: a claim superseded or released while `f` runs cannot publish, and its
+    /// staging buffer stays in quarantine until this call returns. If `f` panics nothing
+    /// is published and the lease is released.
     pub fn with_lease<R>(&self, my_pid: u32, grace: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         let st = self.state();
         let claimed = self.claim_now(my_pid, grace, true);
         match claimed {
             Some(Granted { word, .. }) => {
-                // We hold the new claim with WRITE set: nobody else writes either buffer.
+                let word = Word(word);
+                // We hold the new claim with WRITE set: nobody else writes our staging
+                // buffer or republishes.
                 let mut guard = AbortOnUnwind {
                     state: st,
                     word,
@@ -649,15 +726,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 st.publish(word, true).then_some(r)
             }
             None => {
-                let cur = st.claim.load(Ordering::Acquire);
-                if my_pid == 0 || pid_of(cur) != my_pid {
+                let cur = st.word();
+                if !self.held_as(cur, my_pid) {
                     return None;
                 }
-                let claim = LeaseClaim {
-                    id: cur & ID_MASK,
-                    generation: st.full_generation(cur),
-                    inherited_torn: false,
-                };
+                let claim = st.claim_for(cur.0, false);
                 let mut value = self.read_claimed(&claim)?;
                 let r = f(&mut value);
                 self.write_claimed(&claim, value).then_some(r)
@@ -665,15 +738,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
     }
 
-    /// Seed API: the payload, if `my_pid` holds the lease.
+    /// Seed API: the payload, if `my_pid` holds the lease (claimed through this process).
     #[inline]
     pub fn read_as_owner(&self, my_pid: u32) -> Option<T> {
-        if my_pid == 0 {
-            return None;
-        }
+        let holder = self.holder(my_pid, false)?;
         let words = self
             .state()
-            .read_if(words_for::<T>(), |w| pid_of(w) == my_pid)?;
+            .read_if(words_for::<T>(), |w| w.holder() == holder)?;
         from_words(&words)
     }
 
@@ -682,7 +753,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     pub fn read_claimed(&self, claim: &LeaseClaim) -> Option<T> {
         let words = self
             .state()
-            .read_if(words_for::<T>(), |w| w & ID_MASK == claim.id)?;
+            .read_if(words_for::<T>(), |w| w.id() == claim.id)?;
         from_words(&words)
     }
 
@@ -690,39 +761,44 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// the publication are one atomic step: a holder that was superseded never publishes.
     #[inline]
     pub fn write_as_owner(&self, my_pid: u32, value: T) -> bool {
-        my_pid != 0
-            && self
-                .state()
-                .write_if(&to_words(&value), words_for::<T>(), |w| pid_of(w) == my_pid)
+        let Some(holder) = self.holder(my_pid, false) else {
+            return false;
+        };
+        self.state()
+            .write_if(&to_words(&value), words_for::<T>(), |w| {
+                w.holder() == holder
+            })
+            .is_ok()
     }
 
-    /// Writes the payload if `claim` is still current (fenced).
+    /// Writes the payload if `claim` is still current (fenced). `false` also when every
+    /// payload buffer is held in quarantine by stalled writers of earlier claims
+    /// (counter `no_buffer`; see `docs/owner-lease.md`).
     #[inline]
     pub fn write_claimed(&self, claim: &LeaseClaim, value: T) -> bool {
-        let ok = self
+        let r = self
             .state()
-            .write_if(&to_words(&value), words_for::<T>(), |w| {
-                w & ID_MASK == claim.id
-            });
-        if !ok {
+            .write_if(&to_words(&value), words_for::<T>(), |w| w.id() == claim.id);
+        if r == Err(WriteRefused::Lost) {
             self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
         }
-        ok
+        r.is_ok()
     }
 
     /// Seed API: refreshes the heartbeat if `my_pid` holds the lease; `false` means the
     /// lease was lost (preempted or taken over).
     #[inline]
     pub fn beat(&self, my_pid: u32) -> bool {
-        my_pid != 0 && self.state().beat_if(self.now(), |w| pid_of(w) == my_pid)
+        let Some(holder) = self.holder(my_pid, false) else {
+            return false;
+        };
+        self.state().beat_if(self.now(), |w| w.holder() == holder)
     }
 
     /// Refreshes the heartbeat if `claim` is still current.
     #[inline]
     pub fn beat_claimed(&self, claim: &LeaseClaim) -> bool {
-        let ok = self
-            .state()
-            .beat_if(self.now(), |w| w & ID_MASK == claim.id);
+        let ok = self.state().beat_if(self.now(), |w| w.id() == claim.id);
         if !ok {
             self.note(OpCode::LeaseLossDetected, 0, claim.generation);
         }
@@ -733,9 +809,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     pub fn is_current(&self, claim: &LeaseClaim) -> bool {
         let st = self.state();
-        st.claim.load(Ordering::Acquire) & ID_MASK == claim.id
-            && claim.pid() != 0
-            && st.term.load(Ordering::Acquire) <= claim.generation
+        let w = st.word();
+        w.id() == claim.id && !w.is_vacant() && st.term.load(Ordering::Acquire) <= claim.generation
     }
 
     /// Seed API: advances the file's epoch counter by one and returns the new epoch.
@@ -750,30 +825,24 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.now()
     }
 
-    /// Seed API: the holder's pid, `None` when vacant.
+    /// Seed API: the pid the current claim was made for, `None` when vacant.
     #[inline]
     pub fn current_owner(&self) -> Option<u32> {
-        match pid_of(self.state().claim.load(Ordering::Acquire)) {
-            0 => None,
-            p => Some(p),
-        }
+        self.current_owner_raw()
     }
 
     /// The current claim, `None` when vacant.
     pub fn current_claim(&self) -> Option<LeaseClaim> {
         let st = self.state();
-        let cur = st.claim.load(Ordering::Acquire);
-        (pid_of(cur) != 0).then(|| LeaseClaim {
-            id: cur & ID_MASK,
-            generation: st.full_generation(cur),
-            inherited_torn: st.torn.load(Ordering::Acquire) == cur & ID_MASK,
-        })
+        let cur = st.word();
+        (!cur.is_vacant()).then(|| st.claim_for(cur.0, st.torn.load(Ordering::Acquire) == cur.id()))
     }
 
-    /// Seed API: one atomic load and a compare.
+    /// Seed API: whether `my_pid`, claimed through this process, holds the lease (one
+    /// atomic load and a compare, after the first call for `my_pid`).
     #[inline]
     pub fn am_i_owner(&self, my_pid: u32) -> bool {
-        my_pid != 0 && pid_of(self.state().claim.load(Ordering::Acquire)) == my_pid
+        self.held_as(self.state().word(), my_pid)
     }
 
     /// Seed API: the generation of the current (or last) claim; it increases by one on
@@ -807,12 +876,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// A diagnostic snapshot (fields are read one by one, not as one atomic unit).
     pub fn status(&self) -> LeaseStatus {
         let st = self.state();
-        let cur = st.claim.load(Ordering::Acquire);
+        let cur = st.word();
         LeaseStatus {
             owner: self.current_owner(),
-            generation: st.full_generation(cur),
-            owner_start: st.holder_start(cur),
-            writing: cur & WRITE_BIT != 0,
+            generation: st.full_generation(cur.0),
+            owner_start: st
+                .holder_identity(cur)
+                .map(|i| i.unique)
+                .filter(|u| *u != 0),
+            writing: cur.writing(),
             torn: st.torn_pending(),
             heartbeat_epoch: st.heartbeat.load(Ordering::Acquire),
             epoch: self.now(),
@@ -825,6 +897,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             strategy: st.handshake.current(),
             recent: st.ring.snapshot(),
         }
+    }
+}
+
+impl<T> OwnerLease<T> {
+    fn current_owner_raw(&self) -> Option<u32> {
+        let st = self.map.head();
+        let w = st.word();
+        (!w.is_vacant()).then(|| st.holder_pid(w))
     }
 }
 

@@ -1,172 +1,196 @@
-//! The identity table: which process (pid + start time) stands behind a pid in a claim.
+//! The identity table: which process stands behind the holder of a claim.
 //!
-//! Every `OwnerLease` handle registers its process here when it is made, *before* it can
-//! claim, so a claim word never exists without the identity already being readable: a
-//! process killed right after its claim CAS is still recognised as dead. Lookups scan the
-//! table by pid (slow paths only: takeover decisions and diagnostics).
+//! A claim names its holder by a slot of this table (the claim word's holder field is the
+//! slot index + 1). A slot records the pid the claims through it are made for (the seed
+//! API's `my_pid`, usually the caller's own) and the identity of the process that
+//! registered it — the process whose threads make those claims and write under them.
+//! "The holder is dead" means that process's whole thread group is gone (see the identity
+//! module), which is what makes a takeover mid-write safe.
 //!
-//! Slot protocol: `pid` word 0 = empty, `P` = valid, `P | WRITING` = being rewritten. A
-//! writer CASes the pid word to `P | WRITING`, stores `start`, then stores `P` (Release).
-//! A reader loads the pid word (Acquire), then `start` (Acquire), then the pid word again;
-//! it accepts `start` only if both loads were `P`.
+//! A process registers a slot per pid it claims for, the first time it claims, so handles
+//! that never claim use none. Slot protocol: `state` 0 = free, `BUSY` = being written,
+//! `VALID | version << 2` = valid. A writer CASes `state` from free (or from a valid state
+//! of a dead, unreferenced process) to `BUSY`, stores `pid` and the identity, then stores
+//! the next valid state (Release); a reader accepts a slot only if it loads the same valid
+//! state before and after reading the fields.
 //!
-//! Safety argument (no false "dead"): an entry for pid `P` is only ever written by a live
-//! process whose pid is `P`, and a registering process first rewrites every entry that
-//! already names its pid. So an entry for `P` names either the live process `P` or a dead
-//! one whose pid was since reused by a process that has not registered (then it cannot
-//! hold a claim made through a handle) — a stale entry can make a dead holder look alive
-//! (falling back to heartbeats), never a live holder look dead.
+//! A slot is never rewritten while anything refers to it: the current claim word, or a
+//! quarantine record of a buffer in quarantine. So a claim, or a quarantined buffer,
+//! always names the process that made it, and a full table can only refuse new claimants
+//! (with an error), never make a dead holder look alive or a live one dead.
 
-use crate::liveness::{self, Liveness, ProcessIdentity};
+use crate::liveness::Liveness;
 use crate::primitive::{AtomicU64, Ordering};
 
-use super::state::{GEN_MASK, IDX_BIT, LeaseState, counter, pid_of};
+use super::os::{Identity, liveness};
+use super::state::LeaseState;
+use super::word::{BUFS, Word};
 
 /// Number of identity slots per lease file.
-pub(crate) const IDENT_SLOTS: usize = 16;
-const WRITING: u64 = 1 << 32;
+pub(crate) const IDENT_SLOTS: usize = 64;
+const BUSY: u64 = 1;
+const VALID: u64 = 2;
+const VERSION_ONE: u64 = 4;
 
-/// One identity slot.
+/// One identity slot (one cache line).
 #[repr(C)]
 pub(crate) struct IdentSlot {
+    pub(crate) state: AtomicU64,
     pub(crate) pid: AtomicU64,
-    pub(crate) start: AtomicU64,
+    pub(crate) ident: [AtomicU64; 4],
+    _reserved: [AtomicU64; 2],
 }
+
+#[cfg(not(cxc_loom))]
+const _: () = assert!(size_of::<IdentSlot>() == 64);
 
 impl IdentSlot {
     #[cfg(cxc_loom)]
     pub(crate) fn new() -> Self {
         IdentSlot {
+            state: AtomicU64::new(0),
             pid: AtomicU64::new(0),
-            start: AtomicU64::new(0),
+            ident: std::array::from_fn(|_| AtomicU64::new(0)),
+            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    /// Rewrites the slot from pid word `from` to `me`; false if the slot changed.
-    fn write(&self, from: u64, me: ProcessIdentity) -> bool {
-        if self
-            .pid
-            .compare_exchange(
-                from,
-                u64::from(me.pid) | WRITING,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_err()
-        {
-            return false;
-        }
-        self.start.store(me.start_time, Ordering::Release);
-        // SYNC: ident slot. Pairs with the Acquire loads in `read`.
-        self.pid.store(u64::from(me.pid), Ordering::Release);
-        true
-    }
-
-    /// The start time recorded for `pid`, if this slot names it.
-    fn read(&self, pid: u32) -> Option<u64> {
-        let want = u64::from(pid);
-        if self.pid.load(Ordering::Acquire) != want {
+    /// `(pid, identity)` if the slot is valid.
+    pub(crate) fn read(&self) -> Option<(u32, Identity)> {
+        let s1 = self.state.load(Ordering::Acquire);
+        if s1 & VALID == 0 {
             return None;
         }
-        let start = self.start.load(Ordering::Acquire);
-        (self.pid.load(Ordering::Acquire) == want && start != 0).then_some(start)
+        let pid = self.pid.load(Ordering::Acquire) as u32;
+        let ident = Identity::from_words(std::array::from_fn(|i| {
+            self.ident[i].load(Ordering::Acquire)
+        }));
+        // SYNC: ident slot. Pairs with the Release store of the valid state in `fill`.
+        (self.state.load(Ordering::Acquire) == s1).then_some((pid, ident))
+    }
+
+    /// Writes the slot (the caller moved `state` to BUSY) and makes it valid.
+    fn fill(&self, from: u64, pid: u32, ident: &Identity) {
+        self.pid.store(u64::from(pid), Ordering::Relaxed);
+        for (dst, w) in self.ident.iter().zip(ident.to_words()) {
+            dst.store(w, Ordering::Relaxed);
+        }
+        let version = (from & !(VERSION_ONE - 1)).wrapping_add(VERSION_ONE);
+        // SYNC: ident slot. Pairs with the Acquire loads in `read`.
+        self.state.store(version | VALID, Ordering::Release);
     }
 }
 
+/// Serialises registration within this process, so two handles of one file never
+/// register two slots for the same pid. Held only on the once-per-pid slow path.
+#[cfg(not(cxc_loom))]
+static REGISTRY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl LeaseState {
-    /// Records this process's identity (idempotent). Returns false if the table has no
-    /// room; claims by this process then fail over by heartbeat only.
-    pub(crate) fn register_identity(&self, me: ProcessIdentity) -> bool {
-        if me.pid == 0 || me.start_time == 0 {
-            return false;
-        }
-        let mine = u64::from(me.pid);
-        for _ in 0..4 {
-            // 1. Every entry naming our pid is ours now (the pid is unique among live
-            //    processes): make sure it carries our start time.
-            let mut found = false;
-            for slot in &self.idents {
-                let p = slot.pid.load(Ordering::Acquire);
-                if p & !WRITING == mine {
-                    let current = p == mine
-                        && (slot.start.load(Ordering::Acquire) == me.start_time
-                            || (slot.write(p, me) && {
-                                // The entry named a dead process with our pid: a claim
-                                // for this pid is that process's, abandoned.
-                                self.vacate_dead_namesake(me.pid);
-                                true
-                            }));
-                    if current {
-                        found = true;
-                    } else {
-                        // Mid-rewrite by another handle of ours, or raced: rescan.
-                        found = false;
-                        break;
-                    }
-                }
-            }
-            if found {
-                return true;
-            }
-            // 2. Take an empty slot, or one whose process is dead.
-            for slot in &self.idents {
-                let p = slot.pid.load(Ordering::Acquire);
-                if p == 0 && slot.write(0, me) {
-                    return true;
-                }
-            }
-            // Never the entry of the current holder's pid: a dead holder must stay
-            // provably dead, or a holder killed mid-write could never be superseded.
-            let holder = u64::from(pid_of(self.claim.load(Ordering::Acquire)));
-            for slot in &self.idents {
-                let p = slot.pid.load(Ordering::Acquire);
-                if p != 0 && p & WRITING == 0 && p != holder {
-                    let start = slot.start.load(Ordering::Acquire);
-                    if liveness::check(p as u32, start) == Liveness::Dead && slot.write(p, me) {
-                        return true;
-                    }
-                }
-            }
-        }
-        false
-    }
-
-    /// Releases a claim held under `pid` by a dead process whose pid this process now
-    /// has (found while registering). Its unfinished write, if any, is never published.
-    fn vacate_dead_namesake(&self, pid: u32) {
-        let cur = self.claim.load(Ordering::Acquire);
-        if pid_of(cur) != pid {
-            return;
-        }
-        let next = cur & (GEN_MASK | IDX_BIT);
-        if self
-            .claim
-            .compare_exchange(cur, next, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-        {
-            self.bump(counter::CLAIM_DEAD, 1);
-            self.wake_waiters();
-        }
-    }
-
-    /// The recorded start time of the process with `pid`, if any.
-    pub(crate) fn identity_of(&self, pid: u32) -> Option<u64> {
+    /// The holder value (slot + 1) of the slot registered by `me` for `pid`, registering
+    /// one if needed. `None` if every slot belongs to a live process or is referenced.
+    pub(crate) fn register(&self, pid: u32, me: &Identity) -> Option<u8> {
         if pid == 0 {
             return None;
         }
-        self.idents.iter().find_map(|s| s.read(pid))
+        #[cfg(not(cxc_loom))]
+        let _serial = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        // 1. Already registered.
+        for (i, slot) in self.idents.iter().enumerate() {
+            if slot.read() == Some((pid, *me)) {
+                return Some(i as u8 + 1);
+            }
+        }
+        // 2. A free slot.
+        for (i, slot) in self.idents.iter().enumerate() {
+            if slot.state.load(Ordering::Acquire) == 0
+                && slot
+                    .state
+                    .compare_exchange(0, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                slot.fill(0, pid, me);
+                return Some(i as u8 + 1);
+            }
+        }
+        // 3. The slot of a dead process that nothing refers to.
+        for (i, slot) in self.idents.iter().enumerate() {
+            let holder = i as u8 + 1;
+            let s = slot.state.load(Ordering::Acquire);
+            let Some((_, owner)) = slot.read() else {
+                continue;
+            };
+            if self.slot_referenced(holder) || liveness(&owner) != Liveness::Dead {
+                continue;
+            }
+            if slot
+                .state
+                .compare_exchange(s, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            // Re-check under BUSY: a takeover may have quarantined a buffer of this
+            // process meanwhile (nothing else can create a reference to a dead process).
+            if self.slot_referenced(holder) {
+                slot.state.store(s, Ordering::Release);
+                continue;
+            }
+            slot.fill(s, pid, me);
+            return Some(holder);
+        }
+        None
     }
 
-    /// The recorded start time of the holder of claim word `word`.
-    pub(crate) fn holder_start(&self, word: u64) -> Option<u64> {
-        self.identity_of(pid_of(word))
+    /// Whether the claim word or a quarantine record refers to slot `holder`.
+    fn slot_referenced(&self, holder: u8) -> bool {
+        let w = self.word();
+        if w.holder() == holder {
+            return true;
+        }
+        (0..BUFS).any(|b| {
+            w.is_quarantined(b) && (self.qowner[b].load(Ordering::Acquire) & 0xFF) as u8 == holder
+        })
     }
 
-    /// Liveness of the holder of `word` by its recorded OS identity (`/proc`).
-    pub(crate) fn holder_liveness(&self, word: u64) -> Liveness {
-        match self.holder_start(word) {
-            Some(start) => liveness::check(pid_of(word), start),
+    /// The slot behind holder value `holder` (slot + 1).
+    fn slot(&self, holder: u8) -> Option<&IdentSlot> {
+        self.idents.get(usize::from(holder).checked_sub(1)?)
+    }
+
+    /// The pid the claim `word` was made for (0 when vacant or unreadable).
+    pub(crate) fn holder_pid(&self, word: Word) -> u32 {
+        self.slot(word.holder())
+            .and_then(IdentSlot::read)
+            .map_or(0, |(pid, _)| pid)
+    }
+
+    /// The identity of the process that made the claim `word`.
+    pub(crate) fn holder_identity(&self, word: Word) -> Option<Identity> {
+        self.slot(word.holder())
+            .and_then(IdentSlot::read)
+            .map(|(_, id)| id)
+    }
+
+    /// Liveness of the process registered in slot `holder`.
+    pub(crate) fn slot_liveness(&self, holder: u8) -> Liveness {
+        #[cfg(cxc_loom)]
+        {
+            if holder != 0 && self.loom_dead.load(Ordering::Acquire) & (1 << holder) != 0 {
+                Liveness::Dead
+            } else {
+                Liveness::Unknown
+            }
+        }
+        #[cfg(not(cxc_loom))]
+        match self.slot(holder).and_then(IdentSlot::read) {
+            Some((_, id)) => liveness(&id),
             None => Liveness::Unknown,
         }
+    }
+
+    /// Liveness of the holder of `word` by its recorded OS identity.
+    pub(crate) fn holder_liveness(&self, word: Word) -> Liveness {
+        self.slot_liveness(word.holder())
     }
 }

@@ -1,14 +1,32 @@
 //! Loom models of the lease protocol: claim / preempt / stale takeover / release, write vs
-//! preemption, the steal race, and a writer that dies mid-write.
+//! preemption, the steal race, a writer that dies mid-write, and stale writers (released by
+//! a sibling, or superseded as stale) resuming at every step (L7).
 //!
 //! Run with `cargo xtask loom`.
 
 use loom::sync::Arc;
 use loom::thread;
 
-use super::state::{ID_MASK, LeaseState, PAYLOAD_WORDS, Policy, WRITE_BIT, pid_of};
+use super::os::Identity;
+use super::state::{Claimant, LeaseState, PAYLOAD_WORDS, Policy};
+use super::word::{ID_MASK, WRITE_BIT, Word};
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
+
+/// The holder value of `pid` (registered on first use, as a handle does).
+fn holder(s: &LeaseState, pid: u32) -> u8 {
+    let me = Identity {
+        pid,
+        pidns: 1,
+        boot: 1,
+        unique: u64::from(pid),
+    };
+    s.register(pid, &me).expect("identity slot")
+}
+
+fn pid_of(s: &LeaseState, w: u64) -> u32 {
+    s.holder_pid(Word(w))
+}
 
 const LOWER: Policy = Policy {
     preempt_lower: true,
@@ -17,7 +35,7 @@ const NEVER: Policy = Policy {
     preempt_lower: false,
 };
 
-fn unknown(_: &LeaseState, _: u64) -> Liveness {
+fn unknown(_: &LeaseState, _: Word) -> Liveness {
     Liveness::Unknown
 }
 
@@ -37,16 +55,20 @@ fn claim_judged(
     pid: u32,
     grace: u64,
     write: bool,
-    judge: fn(&LeaseState, u64) -> Liveness,
+    judge: fn(&LeaseState, Word) -> Liveness,
 ) -> Option<(super::LeaseClaim, u64)> {
     let now = s.epoch.load(Ordering::Acquire);
-    s.try_claim(policy, pid, grace, now, judge, write)
+    let me = Claimant {
+        holder: holder(s, pid),
+        pid,
+    };
+    s.try_claim(policy, me, grace, now, judge, write)
         .map(|g| (s.claim_for(g.word, g.torn), g.word))
 }
 
 /// The OS says pid 20 is dead (it was killed); everyone else is unidentified.
-fn pid20_dead(_: &LeaseState, w: u64) -> Liveness {
-    if pid_of(w) == 20 {
+fn pid20_dead(s: &LeaseState, w: Word) -> Liveness {
+    if s.holder_pid(w) == 20 {
         Liveness::Dead
     } else {
         Liveness::Unknown
@@ -108,12 +130,14 @@ fn loom_write_vs_preemption() {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, LOWER, 20, 3, false).unwrap();
         let s1 = s.clone();
-        let t1 =
-            thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w & ID_MASK == c1.id));
+        let t1 = thread::spawn(move || {
+            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
+                .is_ok()
+        });
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
             let c2 = claim(&s2, LOWER, 10, 3, false);
-            c2.map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w & ID_MASK == c.id)))
+            c2.map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w.id() == c.id)))
         });
         let wrote = t1.join().unwrap();
         let got = t2.join().unwrap();
@@ -168,26 +192,23 @@ fn loom_writer_dies_mid_write() {
     loom::model(|| {
         let s = Arc::new(LeaseState::new());
         let (c1, word) = claim(&s, NEVER, 20, 0, false).unwrap();
-        assert!(s.write_if(&words(3), PAYLOAD_WORDS, |w| w & ID_MASK == c1.id));
+        assert!(
+            s.write_if(&words(3), PAYLOAD_WORDS, |w| w.id() == c1.id)
+                .is_ok()
+        );
         let s1 = s.clone();
         let t1 = thread::spawn(move || {
             // Start a write and "die" after the first data word.
-            let cur = s1.claim.load(Ordering::Acquire);
-            if cur & ID_MASK == c1.id
-                && s1
-                    .claim
-                    .compare_exchange(cur, cur | WRITE_BIT, Ordering::Acquire, Ordering::Acquire)
-                    .is_ok()
-            {
-                let other = &s1.bufs[1 - ((cur >> 32) & 1) as usize];
-                other.seq.fetch_add(1, Ordering::Relaxed);
-                other.words[0].store(99, Ordering::Relaxed);
+            if let Ok(w) = s1.start_write(|w| w.id() == c1.id) {
+                let stage = &s1.bufs[w.stage().expect("a staging buffer")];
+                stage.seq.fetch_add(1, Ordering::Relaxed);
+                stage.words[0].store(99, Ordering::Relaxed);
             }
         });
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
             claim_judged(&s2, NEVER, 30, 1000, false, pid20_dead)
-                .map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w & ID_MASK == c.id)))
+                .map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w.id() == c.id)))
         });
         t1.join().unwrap();
         let got = t2.join().unwrap();
@@ -198,7 +219,7 @@ fn loom_writer_dies_mid_write() {
                 Some(words(3)),
                 "the new holder must read the last published value"
             );
-            assert_eq!(pid_of(s.claim.load(Ordering::Acquire)), 30);
+            assert_eq!(pid_of(&s, s.claim.load(Ordering::Acquire)), 30);
             let _ = c2.payload_may_be_inconsistent();
         }
     });
@@ -213,8 +234,10 @@ fn loom_slow_writer_superseded_as_stale() {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
         let s1 = s.clone();
-        let t1 =
-            thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w & ID_MASK == c1.id));
+        let t1 = thread::spawn(move || {
+            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
+                .is_ok()
+        });
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
             s2.epoch.store(5, Ordering::Release);
@@ -229,7 +252,7 @@ fn loom_slow_writer_superseded_as_stale() {
                 "the superseded writer clobbered the new claim"
             );
             assert_eq!(fin & WRITE_BIT, 0);
-            let read = s.read_if(PAYLOAD_WORDS, |w| w & ID_MASK == c2.id).unwrap();
+            let read = s.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id).unwrap();
             if wrote {
                 assert_eq!(read, words(7));
             } else {
@@ -237,6 +260,86 @@ fn loom_slow_writer_superseded_as_stale() {
             }
         } else {
             assert!(wrote);
+        }
+    });
+}
+
+/// L7: a sibling thread releases the claim while a writer of the same claim is between
+/// its start and its publication; another claimant then claims and writes. Whatever the
+/// interleaving, the stale write is never visible to the new holder, and once the stale
+/// writer is done no buffer stays in quarantine.
+#[test]
+fn loom_sibling_release_during_write() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, _) = claim(&s, NEVER, 20, 3, false).unwrap();
+        let _ = holder(&s, 30);
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id));
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || {
+            if !s2.release_id(c1.id) {
+                return None;
+            }
+            let (c2, _) = claim(&s2, NEVER, 30, 3, false)?;
+            let wrote = s2.write_if(&words(100), PAYLOAD_WORDS, |w| w.id() == c2.id);
+            let read = s2.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id);
+            Some((c2, wrote, read))
+        });
+        let first = t1.join().unwrap();
+        let got = t2.join().unwrap();
+        let (c2, wrote, read) = got.expect("the release of a current claim succeeds");
+        if wrote.is_ok() {
+            assert_eq!(
+                read,
+                Some(words(100)),
+                "a stale write reached the new holder"
+            );
+        } else {
+            assert!(read == Some(words(0)) || read == Some(words(7)));
+        }
+        let fin = s.word();
+        assert_eq!(fin.id(), c2.id);
+        let after = s.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id).unwrap();
+        if wrote.is_ok() {
+            assert_eq!(after, words(100), "a stale write was published later");
+        }
+        let _ = first;
+        assert_eq!(
+            fin.quarantine(),
+            0,
+            "a finished stale writer left its quarantine"
+        );
+    });
+}
+
+/// L5 + L7: a holder's write is superseded by a stale-heartbeat takeover at any point;
+/// the new holder writes; the stale writer's value never appears and its publication
+/// fails, and its buffer leaves quarantine once it is done.
+#[test]
+fn loom_stale_writer_resumes_after_takeover() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
+        let _ = holder(&s, 30);
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id));
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || {
+            s2.epoch.store(5, Ordering::Release);
+            let (c2, _) = claim(&s2, NEVER, 30, 0, false)?;
+            let wrote = s2.write_if(&words(100), PAYLOAD_WORDS, |w| w.id() == c2.id);
+            Some((c2, wrote))
+        });
+        let first = t1.join().unwrap();
+        if let Some((c2, wrote)) = t2.join().unwrap() {
+            assert!(wrote.is_ok(), "a fresh holder with free buffers writes");
+            let read = s.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id).unwrap();
+            assert_eq!(read, words(100), "the stale writer's value appeared");
+            assert_eq!(s.word().id(), c2.id);
+            assert_eq!(s.word().quarantine(), 0);
+        } else {
+            assert!(first.is_ok());
         }
     });
 }

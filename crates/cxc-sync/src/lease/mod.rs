@@ -5,7 +5,9 @@ mod claim;
 mod ident;
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
+mod os;
 mod state;
+mod word;
 
 pub use claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 pub use state::{PAYLOAD_BYTES, counter};

@@ -1,18 +1,27 @@
 //! The lease's shared state and its lock-free protocol (see `docs/owner-lease.md`).
 //!
-//! Claim word (`LeaseState::claim`), one `u64` so that owner, generation and payload index
-//! change together and no ABA is possible on handover:
+//! The claim word ([`Word`], `word.rs`) names the holder (a slot of the identity table,
+//! `ident.rs`), the generation, the published payload buffer, the holder's staging buffer,
+//! an in-flight write (WRITE) and the buffers in quarantine. There are eight payload
+//! buffers of one cache line each.
 //!
-//! | bits   | field | meaning                                                        |
-//! |--------|-------|----------------------------------------------------------------|
-//! | 0..32  | pid   | holder pid, 0 = vacant                                         |
-//! | 32     | IDX   | which payload buffer holds the published value                 |
-//! | 33     | WRITE | a holder is writing the other buffer (or running `with_lease`) |
-//! | 34..64 | gen   | low 30 bits of the generation, +1 on every claim               |
+//! **Writes (L2, L4, L7).** A writer of claim `c` sets WRITE on `c`'s word (CAS), fills
+//! `c`'s staging buffer with a seqlock'd copy, then publishes by one CAS that swaps the
+//! published and staging buffers and clears WRITE — it succeeds only if `c` is still the
+//! claim. A writer whose claim was superseded or released while it ran (stalled, stopped,
+//! in a signal handler, or its claim released by a sibling thread) may still be storing
+//! into its staging buffer; so whoever supersedes or releases a claim with WRITE set puts
+//! that buffer in *quarantine* (a Q bit, in the same CAS), and no later claim stages in it
+//! until the stale writer itself clears the bit (after its publication failed) or the OS
+//! proves the writer's whole process gone. A quarantined buffer is never published, so
+//! no byte of an abandoned write is ever visible. With eight buffers, six stalled writers
+//! can be outstanding at once; beyond that a new holder has no staging buffer and its
+//! writes fail (`write` returns false; counter `no_buffer`) until one is freed. Takeover
+//! itself is never blocked by quarantine (L5).
 //!
 //! The full 64-bit generation is `term`-relative: `term` is a checkpoint of the full
 //! generation stored every 2^16 claims, and a claim's full generation is the unique value
-//! above the checkpoint with the claim word's low 30 bits.
+//! above the checkpoint with the claim word's low 41 bits.
 
 use crate::liveness::Liveness;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence, spin_hint};
@@ -21,16 +30,8 @@ use cxc_sidecar::{HandshakeHeader, ObservationRing};
 
 use super::claim::LeaseClaim;
 use super::ident::{IDENT_SLOTS, IdentSlot};
+use super::word::{BUFS, GEN_BITS, GEN_SHIFT, ID_MASK, Word, quarantine_tag};
 
-pub(crate) const PID_MASK: u64 = 0xFFFF_FFFF;
-pub(crate) const IDX_BIT: u64 = 1 << 32;
-pub(crate) const WRITE_BIT: u64 = 1 << 33;
-pub(crate) const GEN_SHIFT: u32 = 34;
-pub(crate) const GEN_BITS: u32 = 30;
-pub(crate) const GEN_ONE: u64 = 1 << GEN_SHIFT;
-pub(crate) const GEN_MASK: u64 = !(GEN_ONE - 1);
-/// The bits that identify a claim: pid and generation.
-pub(crate) const ID_MASK: u64 = PID_MASK | GEN_MASK;
 const GEN_MOD: u64 = 1 << GEN_BITS;
 /// The full generation is checkpointed into `term` whenever the low bits are a multiple of this.
 const TERM_CHECKPOINT: u64 = 1 << 16;
@@ -40,12 +41,13 @@ pub(crate) const PAYLOAD_WORDS: usize = 6;
 /// Maximum payload size in bytes.
 pub const PAYLOAD_BYTES: usize = PAYLOAD_WORDS * 8;
 
-/// How long a claimant waits for an in-flight write of a live holder before giving up.
+/// How long a preempting or stale-taking claimant waits for an in-flight write of a live
+/// holder to finish before it supersedes the writer (quarantining its buffer).
 #[cfg(not(cxc_loom))]
 const WRITE_SPIN_LIMIT: u32 = 256;
 #[cfg(cxc_loom)]
 const WRITE_SPIN_LIMIT: u32 = 1;
-/// Bound on seqlock retries of a reader (only reachable if a presumed-dead writer revives).
+/// Bound on seqlock retries of a reader (only reachable if a writer keeps republishing).
 #[cfg(not(cxc_loom))]
 const READ_RETRY_LIMIT: u32 = 1 << 20;
 #[cfg(cxc_loom)]
@@ -71,8 +73,16 @@ pub mod counter {
     pub const TIMEOUTS: usize = 7;
     /// Torn-payload flags cleared by a successful write of the new holder.
     pub const TORN_RESTORED: usize = 8;
+    /// Buffers put in quarantine (a claim superseded or released mid-write).
+    pub const QUARANTINED: usize = 9;
+    /// Quarantined buffers freed by their own (stale) writer.
+    pub const QUARANTINE_FREED: usize = 10;
+    /// Quarantined buffers freed because the OS proved their writer's process gone.
+    pub const QUARANTINE_REAPED: usize = 11;
+    /// Writes refused because every buffer was published, staged or in quarantine.
+    pub const NO_BUFFER: usize = 12;
     /// Number of counters in use.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 13;
     /// Names of the counters, by index.
     pub const NAMES: [&str; COUNT] = [
         "claim_preempt",
@@ -84,6 +94,10 @@ pub mod counter {
         "blocked_ns",
         "timeouts",
         "torn_restored",
+        "quarantined",
+        "quarantine_freed",
+        "quarantine_reaped",
+        "no_buffer",
     ];
 }
 
@@ -95,10 +109,21 @@ pub(crate) struct PayloadBuf {
     _reserved: AtomicU64,
 }
 
+impl PayloadBuf {
+    #[cfg(cxc_loom)]
+    fn new() -> Self {
+        PayloadBuf {
+            seq: AtomicU64::new(0),
+            words: std::array::from_fn(|_| AtomicU64::new(0)),
+            _reserved: AtomicU64::new(0),
+        }
+    }
+}
+
 /// The lease's fixed block in the file (offsets in `docs/memory-layout.md`).
 #[repr(C, align(64))]
 pub(crate) struct LeaseState {
-    /// The claim word (see the module docs).
+    /// The claim word (see `word.rs`).
     pub(crate) claim: AtomicU64,
     /// Epoch of the holder's last beat; only ever moves forward (`fetch_max`).
     pub(crate) heartbeat: AtomicU64,
@@ -106,8 +131,6 @@ pub(crate) struct LeaseState {
     pub(crate) epoch: AtomicU64,
     /// Checkpoint of the full generation.
     pub(crate) term: AtomicU64,
-    /// Reserved (zero).
-    _reserved: [AtomicU64; 2],
     /// Claim id that inherited an interrupted write (0 = none).
     pub(crate) torn: AtomicU64,
     /// Futex word bumped by releases when someone sleeps.
@@ -115,33 +138,42 @@ pub(crate) struct LeaseState {
     /// Number of sleeping acquirers (may over-count after a waiter dies; costs one
     /// spurious wake syscall per release, never a lost wake-up).
     pub(crate) waiters: AtomicU32,
-    /// Double-buffered payload: the published one is named by the claim word's IDX bit.
-    pub(crate) bufs: [PayloadBuf; 2],
+    /// Reserved (zero).
+    _reserved: [AtomicU64; 2],
+    /// Quarantine records, one per buffer ([`quarantine_tag`]); meaningful while the
+    /// buffer's Q bit is set in the claim word.
+    pub(crate) qowner: [AtomicU64; BUFS],
+    /// The payload buffers: the published one and the holder's staging one are named by
+    /// the claim word.
+    pub(crate) bufs: [PayloadBuf; BUFS],
     /// Cumulative event counters (see [`counter`]).
     pub(crate) counters: [AtomicU64; 16],
-    /// Process identities of the handles using this file (see `ident.rs`).
+    /// Process identities of the holders (see `ident.rs`).
     pub(crate) idents: [IdentSlot; IDENT_SLOTS],
     /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
     pub(crate) handshake: HandshakeHeader,
     /// Recent transitions, recorded while a `SidecarBox` observes a handle.
     pub(crate) ring: ObservationRing,
+    /// Loom models only: holder slots the "OS" reports dead.
+    #[cfg(cxc_loom)]
+    pub(crate) loom_dead: AtomicU64,
 }
 
 #[cfg(not(cxc_loom))]
 const _: () = assert!(size_of::<PayloadBuf>() == 64);
 #[cfg(not(cxc_loom))]
-const _: () = assert!(size_of::<LeaseState>() == 3264);
+const _: () = assert!(size_of::<LeaseState>() == 64 + 64 + 512 + 128 + 64 * IDENT_SLOTS + 2688);
 #[cfg(not(cxc_loom))]
 const _: () = assert!(align_of::<LeaseState>() == 64);
 
 #[cfg(not(cxc_loom))]
-// SAFETY: `LeaseState` is `repr(C)` and made only of `AtomicU32`/`AtomicU64` (and arrays
-// of `PayloadBuf`, itself `repr(C)` of `AtomicU64`s); every bit pattern is valid and its
-// alignment is 64.
+// SAFETY: `LeaseState` is `repr(C)` and made only of `AtomicU32`/`AtomicU64`, arrays of
+// them, and `repr(C)` structs of them (`PayloadBuf`, `IdentSlot`, `HandshakeHeader`,
+// `ObservationRing`); every bit pattern is valid and its alignment is 64.
 unsafe impl cxc_mmf::AtomicView for LeaseState {}
 
 /// A bounded wait for a sibling's WRITE bit to clear: spins, then sleeps, then gives up
-/// after about 100 ms, so a WRITE bit left by a dead process can never hang a caller.
+/// after about 100 ms, so a WRITE bit left by a stalled sibling can never hang a caller.
 struct WriteWait {
     rounds: u32,
     #[cfg(not(cxc_loom))]
@@ -208,14 +240,22 @@ pub(crate) struct Policy {
     pub(crate) preempt_lower: bool,
 }
 
-#[inline]
-pub(crate) fn pid_of(word: u64) -> u32 {
-    word as u32
+/// Who claims: the identity-table slot (+1) registered for `pid` by this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Claimant {
+    pub(crate) holder: u8,
+    pub(crate) pid: u32,
 }
 
-#[inline]
-fn idx_of(word: u64) -> usize {
-    ((word & IDX_BIT) >> 32) as usize
+/// Why a write was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteRefused {
+    /// The claim is not (or no longer) current.
+    Lost,
+    /// Every buffer is published, staged or quarantined.
+    NoBuffer,
+    /// A sibling's write of the same claim did not finish within the bounded wait.
+    Busy,
 }
 
 impl LeaseState {
@@ -223,26 +263,28 @@ impl LeaseState {
     /// files are zero-initialised, which is the same state.
     #[cfg(cxc_loom)]
     pub(crate) fn new() -> Self {
-        let buf = || PayloadBuf {
-            seq: AtomicU64::new(0),
-            words: std::array::from_fn(|_| AtomicU64::new(0)),
-            _reserved: AtomicU64::new(0),
-        };
         LeaseState {
             claim: AtomicU64::new(0),
             heartbeat: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             term: AtomicU64::new(0),
-            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
             torn: AtomicU64::new(0),
             wake: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
-            bufs: [buf(), buf()],
+            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
+            qowner: std::array::from_fn(|_| AtomicU64::new(0)),
+            bufs: std::array::from_fn(|_| PayloadBuf::new()),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
             idents: std::array::from_fn(|_| IdentSlot::new()),
             handshake: HandshakeHeader::new(),
             ring: ObservationRing::new(),
+            loom_dead: AtomicU64::new(0),
         }
+    }
+
+    #[inline]
+    pub(crate) fn word(&self) -> Word {
+        Word(self.claim.load(Ordering::Acquire))
     }
 
     #[inline]
@@ -250,7 +292,7 @@ impl LeaseState {
         self.counters[which].fetch_add(by, Ordering::Relaxed);
     }
 
-    /// The full generation for the low bits `low` (a claim word's generation field).
+    /// The full generation of claim word `word`.
     #[inline]
     pub(crate) fn full_generation(&self, word: u64) -> u64 {
         let low = word >> GEN_SHIFT;
@@ -261,6 +303,7 @@ impl LeaseState {
     pub(crate) fn claim_for(&self, word: u64, inherited_torn: bool) -> LeaseClaim {
         LeaseClaim {
             id: word & ID_MASK,
+            pid: self.holder_pid(Word(word)),
             generation: self.full_generation(word),
             inherited_torn,
         }
@@ -273,37 +316,38 @@ impl LeaseState {
     pub(crate) fn try_claim(
         &self,
         policy: Policy,
-        my_pid: u32,
+        me: Claimant,
         grace: u64,
         now: u64,
-        owner: impl FnMut(&Self, u64) -> Liveness,
+        owner: impl FnMut(&Self, Word) -> Liveness,
         write: bool,
     ) -> Option<Granted> {
         // Fast path: a vacant lease whose heartbeat is already current (no write to it).
-        let cur = self.claim.load(Ordering::Acquire);
-        if cur & (PID_MASK | WRITE_BIT) == 0
-            && my_pid != 0
+        let cur = self.word();
+        if cur.is_vacant()
+            && me.holder != 0
             && self.heartbeat.load(Ordering::Relaxed) >= now
+            && let Some(stage) = cur.free_buffer()
         {
-            let mut next =
-                u64::from(my_pid) | (cur & IDX_BIT) | (cur & GEN_MASK).wrapping_add(GEN_ONE);
-            if write {
-                next |= WRITE_BIT;
-            }
+            let next = cur
+                .with_holder(me.holder)
+                .with_stage(Some(stage))
+                .next_gen()
+                .with_write(write);
             if self
                 .claim
-                .compare_exchange(cur, next, Ordering::SeqCst, Ordering::Acquire)
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
                 .is_ok()
             {
                 self.note_claim(next, ClaimReason::Vacant, false);
                 return Some(Granted {
-                    word: next,
+                    word: next.0,
                     torn: false,
                     reason: Some(ClaimReason::Vacant),
                 });
             }
         }
-        self.try_claim_slow(policy, my_pid, grace, now, owner, write)
+        self.try_claim_slow(policy, me, grace, now, owner, write)
     }
 
     #[cold]
@@ -311,47 +355,45 @@ impl LeaseState {
     fn try_claim_slow(
         &self,
         policy: Policy,
-        my_pid: u32,
+        me: Claimant,
         grace: u64,
         now: u64,
-        mut owner: impl FnMut(&Self, u64) -> Liveness,
+        mut owner: impl FnMut(&Self, Word) -> Liveness,
         write: bool,
     ) -> Option<Granted> {
-        if my_pid == 0 {
+        if me.holder == 0 {
             return None;
         }
         let mut spins = 0u32;
         let mut cache: Option<(u64, Liveness)> = None;
-        let mut judge = |state: &Self, word: u64| -> Liveness {
-            let id = word & ID_MASK;
+        let mut judge = |state: &Self, word: Word| -> Liveness {
             match cache {
-                Some((c, v)) if c == id => v,
+                Some((c, v)) if c == word.id() => v,
                 _ => {
                     let v = owner(state, word);
-                    cache = Some((id, v));
+                    cache = Some((word.id(), v));
                     v
                 }
             }
         };
-        let mut cur = self.claim.load(Ordering::Acquire);
+        let mut cur = self.word();
         loop {
-            let holder = pid_of(cur);
-            if holder == my_pid {
+            if cur.holder() == me.holder {
                 // Idempotent (seed): the caller already holds it.
                 if write {
                     // `with_lease` on a held lease goes through the ordinary write path.
                     return None;
                 }
                 return Some(Granted {
-                    word: cur,
+                    word: cur.0,
                     torn: false,
                     reason: None,
                 });
             }
             let mut verdict = Liveness::Unknown;
-            let reason = if holder == 0 {
+            let reason = if cur.is_vacant() {
                 ClaimReason::Vacant
-            } else if policy.preempt_lower && my_pid < holder {
+            } else if policy.preempt_lower && me.pid < self.holder_pid(cur) {
                 ClaimReason::Preempt
             } else if now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) > grace {
                 ClaimReason::Stale
@@ -363,50 +405,74 @@ impl LeaseState {
                     return None;
                 }
             };
-            let torn = cur & WRITE_BIT != 0;
+            let mut next = cur;
+            let torn = cur.writing();
             if torn {
-                // A write is in flight.
-                if verdict == Liveness::Unknown {
+                // A write is in flight. A writer the OS proves dead can store nothing
+                // more. A live (or unidentifiable, e.g. paused) one gets a short while to
+                // finish; then a preemption gives up (a live writer is never preempted
+                // mid-write), while a stale-heartbeat takeover or a release supersedes it
+                // and quarantines its staging buffer (L5, L7).
+                if verdict == Liveness::Unknown && !cur.is_vacant() {
                     verdict = judge(self, cur);
                 }
-                // Only a holder the OS proves dead is superseded mid-write: a live (or
-                // unidentifiable, e.g. paused) writer could still store into the buffer
-                // the next holder would publish.
-                let dead = verdict == Liveness::Dead;
-                if !dead {
+                if verdict != Liveness::Dead {
                     if spins < WRITE_SPIN_LIMIT {
                         spins += 1;
                         spin_hint();
-                        cur = self.claim.load(Ordering::Acquire);
+                        cur = self.word();
                         continue;
                     }
-                    return None;
+                    if reason == ClaimReason::Preempt
+                        && now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) <= grace
+                    {
+                        return None;
+                    }
+                    match cur.stage() {
+                        Some(s) => {
+                            self.qowner[s].fetch_max(
+                                quarantine_tag(self.full_generation(cur.0), cur.holder()),
+                                Ordering::AcqRel,
+                            );
+                            next = next.with_quarantined(s);
+                        }
+                        None => debug_assert!(false, "WRITE without a staging buffer"),
+                    }
                 }
             }
+            let next = next
+                .with_holder(me.holder)
+                .with_stage(None)
+                .with_write(false)
+                .next_gen();
+            let stage = next.free_buffer();
+            if write && stage.is_none() {
+                self.bump(counter::NO_BUFFER, 1);
+                return None;
+            }
+            let next = next.with_stage(stage).with_write(write);
             // L6: refresh the heartbeat *before* the claim becomes visible, so nobody who
             // sees the new claim can find it stale. `fetch_max` never moves it backwards.
             if self.heartbeat.load(Ordering::Relaxed) < now {
                 self.heartbeat.fetch_max(now, Ordering::Relaxed);
             }
-            let mut next =
-                u64::from(my_pid) | (cur & IDX_BIT) | (cur & GEN_MASK).wrapping_add(GEN_ONE);
-            if write {
-                next |= WRITE_BIT;
-            }
             match self
                 .claim
-                .compare_exchange(cur, next, Ordering::SeqCst, Ordering::Acquire)
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
             {
                 Ok(_) => {
+                    if next.quarantine() != cur.quarantine() {
+                        self.bump(counter::QUARANTINED, 1);
+                    }
                     self.note_claim(next, reason, torn);
                     return Some(Granted {
-                        word: next,
+                        word: next.0,
                         torn,
                         reason: Some(reason),
                     });
                 }
                 Err(actual) => {
-                    cur = actual;
+                    cur = Word(actual);
                     spin_hint();
                 }
             }
@@ -414,11 +480,9 @@ impl LeaseState {
     }
 
     #[inline(always)]
-    fn note_claim(&self, word: u64, reason: ClaimReason, torn: bool) {
-        let id = word & ID_MASK;
-        let low = word >> GEN_SHIFT;
-        if low % TERM_CHECKPOINT == 0 {
-            self.checkpoint(word);
+    fn note_claim(&self, word: Word, reason: ClaimReason, torn: bool) {
+        if word.gen_low() % TERM_CHECKPOINT == 0 {
+            self.checkpoint(word.0);
         }
         match reason {
             ClaimReason::Vacant => {}
@@ -427,7 +491,7 @@ impl LeaseState {
             ClaimReason::Dead => self.bump(counter::CLAIM_DEAD, 1),
         }
         if torn {
-            self.torn.store(id, Ordering::Release);
+            self.torn.store(word.id(), Ordering::Release);
             self.bump(counter::TORN_INHERITED, 1);
         }
     }
@@ -438,42 +502,45 @@ impl LeaseState {
             .fetch_max(self.full_generation(word), Ordering::AcqRel);
     }
 
-    /// Releases the claim `id` (pid + generation bits). A stale id never touches the
+    /// Releases the claim `id` (holder + generation bits). A stale id never touches the
     /// current claim (L3).
     #[inline]
     pub(crate) fn release_id(&self, id: u64) -> bool {
-        self.release_from(id, self.claim.load(Ordering::Acquire))
+        self.release_from(id, self.word())
     }
 
-    /// [`release_id`](Self::release_id) starting from an already loaded claim word.
+    /// [`release_id`](Self::release_id) starting from an already loaded claim word. A
+    /// write of the same claim in flight (a sibling thread's) does not delay the release:
+    /// its staging buffer goes into quarantine and its publication will fail.
     #[inline]
-    pub(crate) fn release_from(&self, id: u64, mut cur: u64) -> bool {
-        let mut waited = WriteWait::new();
+    pub(crate) fn release_from(&self, id: u64, mut cur: Word) -> bool {
         loop {
-            if cur & ID_MASK != id || pid_of(cur) == 0 {
+            if cur.id() != id || cur.is_vacant() {
                 self.bump(counter::STALE_OP_REJECTED, 1);
                 return false;
             }
-            if cur & WRITE_BIT != 0 && !waited.expired() {
-                // Another thread of this holder is mid-write (or in a `with_lease`
-                // closure); wait for it, boundedly.
-                waited.pause();
-                cur = self.claim.load(Ordering::Acquire);
-                continue;
+            let mut next = cur.vacated();
+            if cur.writing()
+                && let Some(s) = cur.stage()
+            {
+                self.qowner[s].fetch_max(
+                    quarantine_tag(self.full_generation(cur.0), cur.holder()),
+                    Ordering::AcqRel,
+                );
+                next = next.with_quarantined(s);
             }
-            // With WRITE still set after the bound, the write was abandoned (its process
-            // died and this pid was reused, or a sibling's closure runs too long): the
-            // release aborts it; the unpublished buffer is never published.
-            let next = cur & (GEN_MASK | IDX_BIT);
             match self
                 .claim
-                .compare_exchange(cur, next, Ordering::SeqCst, Ordering::Acquire)
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
             {
                 Ok(_) => {
+                    if next.quarantine() != cur.quarantine() {
+                        self.bump(counter::QUARANTINED, 1);
+                    }
                     self.wake_waiters();
                     return true;
                 }
-                Err(actual) => cur = actual,
+                Err(actual) => cur = Word(actual),
             }
         }
     }
@@ -489,8 +556,8 @@ impl LeaseState {
 
     /// Heartbeat for the claim matching `accept`. Linearizes at the claim load.
     #[inline]
-    pub(crate) fn beat_if(&self, now: u64, accept: impl Fn(u64) -> bool) -> bool {
-        let cur = self.claim.load(Ordering::Acquire);
+    pub(crate) fn beat_if(&self, now: u64, accept: impl Fn(Word) -> bool) -> bool {
+        let cur = self.word();
         if !accept(cur) {
             self.bump(counter::STALE_OP_REJECTED, 1);
             return false;
@@ -506,15 +573,15 @@ impl LeaseState {
     pub(crate) fn read_if(
         &self,
         n: usize,
-        accept: impl Fn(u64) -> bool,
+        accept: impl Fn(Word) -> bool,
     ) -> Option<[u64; PAYLOAD_WORDS]> {
         let mut tries = 0u32;
         loop {
-            let cur = self.claim.load(Ordering::Acquire);
+            let cur = self.word();
             if !accept(cur) {
                 return None;
             }
-            let buf = &self.bufs[idx_of(cur)];
+            let buf = &self.bufs[cur.published()];
             // SYNC: payload seqlock. Pairs with the Release fence/store in `fill`.
             let s1 = buf.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
@@ -535,54 +602,85 @@ impl LeaseState {
         }
     }
 
-    /// Writes `words` as the claim matching `accept`: set WRITE, fill the unpublished
-    /// buffer, then publish by flipping IDX and clearing WRITE in one CAS that succeeds
-    /// only if the claim is unchanged (L2: check and publication are one step).
+    /// Writes `words` as the claim matching `accept`: start (WRITE), fill the staging
+    /// buffer, publish (one CAS that succeeds only if the claim is unchanged: L2).
     #[inline]
     pub(crate) fn write_if(
         &self,
         words: &[u64; PAYLOAD_WORDS],
         n: usize,
-        accept: impl Fn(u64) -> bool,
-    ) -> bool {
-        let mut cur = self.claim.load(Ordering::Acquire);
+        accept: impl Fn(Word) -> bool,
+    ) -> Result<(), WriteRefused> {
+        let word = self.start_write(accept)?;
+        self.fill(word, words, n);
+        if self.publish(word, false) {
+            Ok(())
+        } else {
+            Err(WriteRefused::Lost)
+        }
+    }
+
+    /// Sets WRITE on the current claim if it satisfies `accept` (waiting boundedly for a
+    /// sibling's write of the same claim), giving it a staging buffer if it has none.
+    /// Returns the word as installed (WRITE set).
+    pub(crate) fn start_write(&self, accept: impl Fn(Word) -> bool) -> Result<Word, WriteRefused> {
+        let mut cur = self.word();
         let mut waited = WriteWait::new();
+        let mut reaped = false;
         loop {
-            if !accept(cur) {
+            if !accept(cur) || cur.is_vacant() {
                 self.bump(counter::STALE_OP_REJECTED, 1);
-                return false;
+                return Err(WriteRefused::Lost);
             }
-            if cur & WRITE_BIT != 0 {
+            if cur.writing() {
                 if waited.expired() {
-                    // An abandoned write holds WRITE (see `release_from`): refuse.
                     self.bump(counter::STALE_OP_REJECTED, 1);
-                    return false;
+                    return Err(WriteRefused::Busy);
                 }
                 waited.pause();
-                cur = self.claim.load(Ordering::Acquire);
+                cur = self.word();
                 continue;
             }
+            let mut next = cur.with_write(true);
+            if cur.stage().is_none() {
+                match cur.free_buffer() {
+                    Some(b) => next = next.with_stage(Some(b)),
+                    None if !reaped => {
+                        reaped = true;
+                        self.reap_quarantine();
+                        cur = self.word();
+                        continue;
+                    }
+                    None => {
+                        self.bump(counter::NO_BUFFER, 1);
+                        return Err(WriteRefused::NoBuffer);
+                    }
+                }
+            }
             match self.claim.compare_exchange_weak(
-                cur,
-                cur | WRITE_BIT,
+                cur.0,
+                next.0,
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                Ok(_) => break,
-                Err(actual) => cur = actual,
+                Ok(_) => return Ok(next),
+                Err(actual) => cur = Word(actual),
             }
         }
-        self.fill(cur, words, n);
-        self.publish(cur, false)
     }
 
-    /// Fills the buffer that `word` does not publish (the caller holds WRITE on `word`).
+    /// Fills the staging buffer of `word` (the caller holds WRITE on `word`; while the
+    /// claim is current nobody else writes that buffer, and once it is superseded the
+    /// buffer is quarantined until this writer is done).
     #[inline]
-    pub(crate) fn fill(&self, word: u64, words: &[u64; PAYLOAD_WORDS], n: usize) {
-        let buf = &self.bufs[1 - idx_of(word)];
+    pub(crate) fn fill(&self, word: Word, words: &[u64; PAYLOAD_WORDS], n: usize) {
+        let Some(stage) = word.stage() else { return };
+        let buf = &self.bufs[stage];
         let s = buf.seq.load(Ordering::Relaxed);
         let odd = s.wrapping_add(1) | 1;
-        // SYNC: payload seqlock (writer side): odd, fence, data, even.
+        // SYNC: payload seqlock (writer side): odd, fence, data, even. Late readers of
+        // this buffer (it was published before the last swap) see the odd value or a
+        // changed sequence and retry.
         buf.seq.store(odd, Ordering::Relaxed);
         fence(Ordering::Release);
         for (dst, w) in buf.words.iter().zip(words).take(n) {
@@ -591,67 +689,146 @@ impl LeaseState {
         buf.seq.store(odd.wrapping_add(1), Ordering::Release);
     }
 
-    /// Publishes the filled buffer: `word | WRITE` -> flipped IDX, WRITE clear, and with
-    /// `release` also vacant. Fails only if the claim was superseded meanwhile.
+    /// Publishes the filled staging buffer of `word` (WRITE set): swap published and
+    /// staging buffers, clear WRITE, and with `release` also vacate. Fails only if the
+    /// claim was superseded or released meanwhile; then this writer's quarantined buffer
+    /// is freed (it will store nothing more into it).
     #[inline]
-    pub(crate) fn publish(&self, word: u64, release: bool) -> bool {
-        let word = word & !WRITE_BIT;
-        let flipped = (word & !IDX_BIT) | ((word & IDX_BIT) ^ IDX_BIT);
-        let next = if release {
-            flipped & (GEN_MASK | IDX_BIT)
-        } else {
-            flipped
-        };
-        match self.claim.compare_exchange(
-            word | WRITE_BIT,
-            next,
-            Ordering::SeqCst,
-            Ordering::Relaxed,
-        ) {
-            Ok(_) => {
-                let id = word & ID_MASK;
-                if self.torn.load(Ordering::Relaxed) == id {
-                    let _ = self
-                        .torn
-                        .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
-                    self.bump(counter::TORN_RESTORED, 1);
+    pub(crate) fn publish(&self, word: Word, release: bool) -> bool {
+        let mut cur = word;
+        loop {
+            let next = if release {
+                cur.published_swap().vacated()
+            } else {
+                cur.published_swap()
+            };
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let id = word.id();
+                    if self.torn.load(Ordering::Relaxed) == id {
+                        let _ =
+                            self.torn
+                                .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        self.bump(counter::TORN_RESTORED, 1);
+                    }
+                    if release {
+                        self.wake_waiters();
+                    }
+                    return true;
                 }
-                if release {
-                    self.wake_waiters();
+                // Only the quarantine bits changed (another writer freed its buffer).
+                Err(actual) if Word(actual).sans_quarantine() == word.sans_quarantine() => {
+                    cur = Word(actual);
                 }
-                true
-            }
-            Err(_) => {
-                self.bump(counter::STALE_OP_REJECTED, 1);
-                false
+                Err(_) => {
+                    self.bump(counter::STALE_OP_REJECTED, 1);
+                    self.free_own_quarantine(word);
+                    return false;
+                }
             }
         }
     }
 
-    /// Abandons a write (no publication): clears WRITE if the claim is still `word`,
-    /// and with `release` also releases the claim.
-    pub(crate) fn abort_write(&self, word: u64, release: bool) {
-        let word = word & !WRITE_BIT;
-        let next = if release {
-            word & (GEN_MASK | IDX_BIT)
-        } else {
-            word
-        };
-        if self
-            .claim
-            .compare_exchange(word | WRITE_BIT, next, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-            && release
-        {
-            self.wake_waiters();
+    /// Abandons a write (no publication): clears WRITE if the claim is still `word`, and
+    /// with `release` also releases the claim. If the claim was superseded meanwhile,
+    /// frees this writer's quarantined buffer.
+    pub(crate) fn abort_write(&self, word: Word, release: bool) {
+        let mut cur = word;
+        loop {
+            let next = if release {
+                cur.vacated()
+            } else {
+                cur.with_write(false)
+            };
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if release {
+                        self.wake_waiters();
+                    }
+                    return;
+                }
+                Err(actual) if Word(actual).sans_quarantine() == word.sans_quarantine() => {
+                    cur = Word(actual);
+                }
+                Err(_) => {
+                    self.free_own_quarantine(word);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Called by a writer of `word` whose claim was superseded or released while it held
+    /// WRITE: it stores nothing more into its staging buffer, so the buffer leaves
+    /// quarantine.
+    fn free_own_quarantine(&self, word: Word) {
+        let Some(s) = word.stage() else { return };
+        let tag = quarantine_tag(self.full_generation(word.0), word.holder());
+        let mut cur = self.word();
+        loop {
+            if !cur.is_quarantined(s) || self.qowner[s].load(Ordering::Acquire) != tag {
+                return;
+            }
+            match self.claim.compare_exchange(
+                cur.0,
+                cur.without_quarantined(s).0,
+                Ordering::SeqCst,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.bump(counter::QUARANTINE_FREED, 1);
+                    return;
+                }
+                Err(actual) => cur = Word(actual),
+            }
+        }
+    }
+
+    /// Frees every quarantined buffer whose writer's process the OS proves gone.
+    #[cold]
+    pub(crate) fn reap_quarantine(&self) {
+        let mut cur = self.word();
+        for b in 0..BUFS {
+            if !cur.is_quarantined(b) {
+                continue;
+            }
+            let tag = self.qowner[b].load(Ordering::Acquire);
+            let holder = (tag & 0xFF) as u8;
+            if self.slot_liveness(holder) != Liveness::Dead {
+                continue;
+            }
+            loop {
+                if !cur.is_quarantined(b) || self.qowner[b].load(Ordering::Acquire) != tag {
+                    break;
+                }
+                match self.claim.compare_exchange(
+                    cur.0,
+                    cur.without_quarantined(b).0,
+                    Ordering::SeqCst,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        self.bump(counter::QUARANTINE_REAPED, 1);
+                        cur = self.word();
+                        break;
+                    }
+                    Err(actual) => cur = Word(actual),
+                }
+            }
         }
     }
 
     /// Reads the buffer published by `word` while the caller holds WRITE on `word`
-    /// (nobody else writes it then).
+    /// (nobody else republishes then).
     #[inline]
-    pub(crate) fn read_published(&self, word: u64) -> [u64; PAYLOAD_WORDS] {
-        let buf = &self.bufs[idx_of(word)];
+    pub(crate) fn read_published(&self, word: Word) -> [u64; PAYLOAD_WORDS] {
+        let buf = &self.bufs[word.published()];
         std::array::from_fn(|i| buf.words[i].load(Ordering::Relaxed))
     }
 
@@ -665,6 +842,6 @@ impl LeaseState {
     /// overwritten.
     pub(crate) fn torn_pending(&self) -> bool {
         let t = self.torn.load(Ordering::Acquire);
-        t != 0 && self.claim.load(Ordering::Acquire) & ID_MASK == t
+        t != 0 && self.word().id() == t
     }
 }

@@ -2,8 +2,8 @@
 //! `acquire` can sleep long (burning almost no CPU) and still take over within
 //! microseconds of the holder's death.
 //!
-//! The thread opens a pidfd for the holder, verifies the recorded start time against
-//! `/proc` after opening it (so the fd names the right process even under pid reuse), and
+//! The thread opens a pidfd for the holder, verifies the recorded identity after opening
+//! it (so the fd names the right process even under pid reuse), and
 //! `poll`s the pidfd together with an eventfd the waiter uses to stop it. When the pidfd
 //! becomes readable (the process exited; zombies included) it bumps the lease's `wake`
 //! word and wakes every sleeper.
@@ -11,13 +11,13 @@
 use std::os::fd::OwnedFd;
 use std::thread::{Scope, ScopedJoinHandle};
 
+use super::os::{Identity, Liveness, liveness};
 use super::state::LeaseState;
-use crate::liveness::{self, Liveness};
 use crate::primitive::Ordering;
 
 /// A running watcher of one holder.
 pub(crate) struct DeathWatcher<'scope> {
-    /// The claim id (pid + generation bits) whose holder is watched.
+    /// The claim id (holder + generation bits) whose holder is watched.
     pub(crate) id: u64,
     stop: OwnedFd,
     handle: ScopedJoinHandle<'scope, ()>,
@@ -30,16 +30,15 @@ impl<'scope> DeathWatcher<'scope> {
         scope: &'scope Scope<'scope, 'env>,
         state: &'env LeaseState,
         id: u64,
-        pid: u32,
-        start: u64,
+        ident: Identity,
     ) -> Option<Self> {
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = (scope, state, id, pid, start);
+            let _ = (scope, state, id, ident);
             return None;
         }
         #[cfg(target_os = "linux")]
-        Self::spawn_linux(scope, state, id, pid, start)
+        Self::spawn_linux(scope, state, id, ident)
     }
 
     #[cfg(target_os = "linux")]
@@ -47,19 +46,18 @@ impl<'scope> DeathWatcher<'scope> {
         scope: &'scope Scope<'scope, 'env>,
         state: &'env LeaseState,
         id: u64,
-        pid: u32,
-        start: u64,
+        ident: Identity,
     ) -> Option<Self> {
         use rustix::event::{EventfdFlags, eventfd};
         use rustix::process::{Pid, PidfdFlags, pidfd_open};
-        let raw = Pid::from_raw(i32::try_from(pid).ok()?)?;
+        let raw = Pid::from_raw(i32::try_from(ident.pid).ok()?)?;
         let pidfd = match pidfd_open(raw, PidfdFlags::empty()) {
             Ok(fd) => Some(fd),
             Err(rustix::io::Errno::SRCH) => None,
             Err(_) => return None,
         };
         // Checked after opening: if the pid was reused, the fd names the wrong process.
-        let dead = pidfd.is_none() || liveness::check(pid, start) == Liveness::Dead;
+        let dead = pidfd.is_none() || liveness(&ident) == Liveness::Dead;
         let stop = eventfd(0, EventfdFlags::CLOEXEC).ok()?;
         let stop_r = stop.try_clone().ok()?;
         let handle = std::thread::Builder::new()
