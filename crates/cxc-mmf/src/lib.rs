@@ -10,7 +10,8 @@
 //!   field before any typed view exists, and [`Mapped::create_or_open`] resolves start-up
 //!   races so exactly one process initialises.
 //! - [`MmfError`]: one typed variant per failure, naming what was expected and found.
-//! - [`identity`]: process identity (pid + start time) used for crash detection.
+//! - [`identity`]: process identity (pidfs inode or pid + start time, pid namespace, boot
+//!   id) and liveness (dead = the whole thread group is gone), used for crash detection.
 //! - [`peek`]: read the header of any cxc file without knowing its kind.
 //!
 //! # Examples

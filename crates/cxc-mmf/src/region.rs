@@ -195,7 +195,8 @@ fn header_checksum(base: *mut u8) -> u64 {
 }
 
 fn write_header(base: *mut u8, layout: &Layout, total: u64) {
-    let me = crate::identity::current();
+    let me_pid = crate::identity::current_pid();
+    let me_start = crate::identity::self_start_time();
     set_u64(base, off::MAGIC, MAGIC);
     set_u32(base, off::VERSION, FORMAT_VERSION);
     set_u32(base, off::ENDIAN, ENDIAN_MARK);
@@ -211,8 +212,8 @@ fn write_header(base: *mut u8, layout: &Layout, total: u64) {
     for (i, p) in layout.params.iter().enumerate() {
         set_u64(base, off::PARAMS + 8 * i, *p);
     }
-    set_u32(base, off::CREATOR_PID, me.pid);
-    set_u64(base, off::CREATOR_START, me.start_time);
+    set_u32(base, off::CREATOR_PID, me_pid);
+    set_u64(base, off::CREATOR_START, me_start);
     let sum = header_checksum(base);
     set_u64(base, off::CHECKSUM, sum);
 }

@@ -1009,7 +1009,7 @@ fn peek_reads_a_valid_file() {
     assert_eq!(info.layout, layout(Kind::Lease));
     assert_eq!(info.total_len, TOTAL);
     assert_eq!(info.creator_pid, std::process::id());
-    assert_eq!(info.creator_start, cxc_mmf::identity::current().start_time);
+    assert_eq!(info.creator_start, cxc_mmf::identity::self_start_time());
     assert_eq!(&info, m.info());
     assert_eq!(std::fs::metadata(&path).unwrap().len(), TOTAL);
 }

@@ -1,29 +1,57 @@
 //! Is a process still the one that made a claim?
 //!
-//! A claim made by a process for its own pid records the process start time. The claim's
-//! process is then *dead* when `/proc/<pid>` is gone, is a zombie, or has a different
-//! start time (the pid was reused). `kill(pid, 0)` is not used: it succeeds for zombies
-//! and for a new process that reused the pid.
+//! Identity and liveness are owned by [`cxc_mmf::identity`] and re-exported here (see
+//! there for the identity model, what counts as dead, and pid namespaces). In short: an
+//! [`Identity`] is never reused while the machine is up, and [`Liveness::Dead`] means the
+//! whole thread group is gone — never the `Z` state letter of the main thread alone.
 //!
-//! Claims made for pids that are not the caller's own (tests, or an application that
-//! uses its own numbering) have no recorded identity; their liveness is [`Liveness::Unknown`]
-//! and the primitives fall back to heartbeat staleness.
+//! The `(pid, start time)` helpers below ([`ProcessIdentity`], [`check`],
+//! [`start_time_for`], [`current`]) are the older record form, kept for records that
+//! store a start time rather than a full [`Identity`]; they give the same verdicts as
+//! [`liveness`] on the fallback form.
 
-pub use cxc_mmf::identity::{ProcStatus, ProcessIdentity, current, current_pid, proc_status};
+pub use cxc_mmf::identity::{
+    FALLBACK_BIT, Identity, Liveness, PidWatch as IdentityWatch, ProcStatus, current_pid,
+    fallback_active, force_fallback, liveness, proc_status,
+};
 
-/// The verdict on a recorded identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
-    /// The same process is still running (or stopped).
-    Alive,
-    /// The process exited (zombie or gone) or its pid now names another process.
-    Dead,
-    /// Nothing recorded, or the OS could not tell.
-    Unknown,
+/// A process named by pid and start time (clock ticks since boot; 0 = unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcessIdentity {
+    /// The process id.
+    pub pid: u32,
+    /// Start time in clock ticks since boot; 0 when unknown.
+    pub start_time: u64,
 }
 
-/// Checks whether the process `pid` started at `start_time` still exists.
-/// `start_time == 0` means "not recorded" and yields [`Liveness::Unknown`].
+/// This process's `(pid, start time)`, cached (correct after `fork`).
+#[inline]
+pub fn current() -> ProcessIdentity {
+    ProcessIdentity {
+        pid: cxc_mmf::identity::current_pid(),
+        start_time: cxc_mmf::identity::self_start_time(),
+    }
+}
+
+/// The identity of the process `pid` (of our pid namespace) that started at
+/// `start_time`, in the fallback form.
+pub fn fallback_identity(pid: u32, start_time: u64) -> Identity {
+    let me = Identity::current();
+    Identity {
+        pid,
+        pidns: me.pidns,
+        boot: me.boot,
+        unique: if start_time == 0 {
+            0
+        } else {
+            FALLBACK_BIT | start_time
+        },
+    }
+}
+
+/// Checks whether the process `pid` started at `start_time` still exists (the whole
+/// thread group; a reused pid is another process). `start_time == 0` means "not
+/// recorded" and yields [`Liveness::Unknown`]. Allocation-free.
 pub fn check(pid: u32, start_time: u64) -> Liveness {
     if pid == 0 || start_time == 0 {
         return Liveness::Unknown;
@@ -33,11 +61,7 @@ pub fn check(pid: u32, start_time: u64) -> Liveness {
         Liveness::Unknown
     }
     #[cfg(not(cxc_loom))]
-    match proc_status(pid) {
-        ProcStatus::Live { start_time: s } if s == start_time => Liveness::Alive,
-        ProcStatus::Live { .. } | ProcStatus::Zombie | ProcStatus::Gone => Liveness::Dead,
-        ProcStatus::Unknown => Liveness::Unknown,
-    }
+    liveness(&fallback_identity(pid, start_time))
 }
 
 /// The start time to record for a claim by `pid`: this process's start time when `pid`
@@ -56,49 +80,14 @@ pub fn start_time_for(pid: u32) -> u64 {
     }
 }
 
-#[cfg(all(test, not(cxc_loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn self_alive_and_wrong_start_is_dead() {
-        let me = current();
-        assert_eq!(check(me.pid, me.start_time), Liveness::Alive);
-        assert_eq!(check(me.pid, me.start_time + 1), Liveness::Dead);
-        assert_eq!(check(me.pid, 0), Liveness::Unknown);
-        assert_eq!(start_time_for(me.pid), me.start_time);
-        assert_eq!(start_time_for(me.pid.wrapping_add(1)), 0);
-    }
-
-    #[test]
-    fn exited_child_is_dead_even_as_zombie() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        // Wait until it has exited but do not reap it: it is a zombie now.
-        let start = match proc_status(pid) {
-            ProcStatus::Live { start_time } => start_time,
-            _ => 1, // exited before we looked; any start time will do
-        };
-        for _ in 0..1000 {
-            if proc_status(pid) == ProcStatus::Zombie {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert_eq!(check(pid, start), Liveness::Dead);
-        child.wait().unwrap();
-        assert_eq!(check(pid, start), Liveness::Dead);
-    }
-}
-
-/// Watches one recorded identity cheaply: a pidfd is opened once per identity (and the
-/// identity verified against `/proc` after opening, so the fd names the right process);
-/// each later check is one non-blocking `poll`, far cheaper than parsing `/proc`.
+/// Watches one `(pid, start time)` record cheaply: a pidfd is opened once per record
+/// (verified against the record after opening); each later check is one non-blocking
+/// `poll`.
 #[derive(Debug, Default)]
 pub(crate) struct PidWatch {
     key: (u32, u64),
-    #[cfg(all(target_os = "linux", not(cxc_loom)))]
-    fd: Option<std::os::fd::OwnedFd>,
+    #[cfg(not(cxc_loom))]
+    watch: Option<IdentityWatch>,
     dead: bool,
 }
 
@@ -112,52 +101,81 @@ impl PidWatch {
         if pid == 0 || start_time == 0 {
             return Liveness::Unknown;
         }
-        #[cfg(all(target_os = "linux", not(cxc_loom)))]
+        #[cfg(cxc_loom)]
         {
-            use rustix::event::{PollFd, PollFlags, poll};
-            use rustix::process::{Pid, PidfdFlags, pidfd_open};
+            let _ = (&mut self.key, &mut self.dead);
+            Liveness::Unknown
+        }
+        #[cfg(not(cxc_loom))]
+        {
             if self.key != (pid, start_time) {
                 self.key = (pid, start_time);
                 self.dead = false;
-                self.fd = None;
-                let Some(raw) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
-                    return Liveness::Unknown;
-                };
-                match pidfd_open(raw, PidfdFlags::empty()) {
-                    Ok(fd) => match check(pid, start_time) {
+                self.watch = None;
+                let id = fallback_identity(pid, start_time);
+                match IdentityWatch::open(&id) {
+                    Some(w) => self.watch = Some(w),
+                    None => match liveness(&id) {
                         Liveness::Dead => self.dead = true,
-                        Liveness::Alive => self.fd = Some(fd),
-                        Liveness::Unknown => return Liveness::Unknown,
+                        other => return other,
                     },
-                    Err(rustix::io::Errno::SRCH) => self.dead = true,
-                    Err(_) => return check(pid, start_time),
                 }
             }
             if self.dead {
                 return Liveness::Dead;
             }
-            let Some(fd) = &self.fd else {
-                return check(pid, start_time);
-            };
-            let mut fds = [PollFd::new(fd, PollFlags::IN)];
-            let zero = rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            match poll(&mut fds, Some(&zero)) {
-                // A pidfd polls readable once the process has exited (zombie included).
-                Ok(n) if n > 0 => {
+            match &self.watch {
+                Some(w) if w.is_dead() => {
                     self.dead = true;
                     Liveness::Dead
                 }
-                Ok(_) => Liveness::Alive,
-                Err(_) => check(pid, start_time),
+                Some(_) => Liveness::Alive,
+                None => check(pid, start_time),
             }
         }
-        #[cfg(not(all(target_os = "linux", not(cxc_loom))))]
-        {
-            let _ = (&mut self.key, &mut self.dead);
-            check(pid, start_time)
+    }
+}
+
+#[cfg(all(test, not(cxc_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_alive_and_wrong_start_is_dead() {
+        let me = current();
+        assert_eq!(check(me.pid, me.start_time), Liveness::Alive);
+        assert_eq!(check(me.pid, me.start_time + 1), Liveness::Dead);
+        assert_eq!(check(me.pid, 0), Liveness::Unknown);
+        assert_eq!(start_time_for(me.pid), me.start_time);
+        assert_eq!(start_time_for(me.pid.wrapping_add(1)), 0);
+        let mut w = PidWatch::new();
+        assert_eq!(w.liveness(me.pid, me.start_time), Liveness::Alive);
+        assert_eq!(w.liveness(me.pid, me.start_time + 1), Liveness::Dead);
+    }
+
+    #[test]
+    fn exited_child_is_dead_even_as_zombie() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.05")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = match proc_status(pid) {
+            ProcStatus::Live { start_time } => start_time,
+            other => panic!("child not live: {other:?}"),
+        };
+        let mut w = PidWatch::new();
+        assert_eq!(w.liveness(pid, start), Liveness::Alive);
+        // Wait until it has exited but do not reap it: it is a zombie now.
+        for _ in 0..5000 {
+            if proc_status(pid) == ProcStatus::Zombie {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        assert_eq!(check(pid, start), Liveness::Dead);
+        assert_eq!(w.liveness(pid, start), Liveness::Dead);
+        child.wait().unwrap();
+        assert_eq!(check(pid, start), Liveness::Dead);
     }
 }

@@ -141,15 +141,18 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize) -> Result<(), String> {
             ),
         );
     }
-    let me = cxc_mmf::identity::current();
+    let me = (
+        cxc_mmf::identity::current_pid(),
+        cxc_mmf::identity::self_start_time(),
+    );
     let (main, start) = (records.words.word(2 * id), records.words.word(2 * id + 1));
     let mut version = unpack(main.load(Ordering::Acquire)).1 + 1;
     // Start word first, then the main word: a reader that sees our pid sees our start.
-    start.store(me.start_time, Ordering::SeqCst);
-    main.store(pack(me.pid, version, 0), Ordering::SeqCst);
+    start.store(me.1, Ordering::SeqCst);
+    main.store(pack(me.0, version, 0), Ordering::SeqCst);
     let mut set = |count: usize| {
         version += 1;
-        main.store(pack(me.pid, version, count as u64), Ordering::SeqCst);
+        main.store(pack(me.0, version, count as u64), Ordering::SeqCst);
     };
     while !ctx.stopping() {
         ctx.bump(stat::S_OPS, 1);

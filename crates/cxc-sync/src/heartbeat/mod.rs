@@ -17,8 +17,6 @@
 
 mod error;
 mod layout;
-#[cfg(not(cxc_loom))]
-mod os;
 mod slot;
 #[cfg(not(cxc_loom))]
 mod table;

@@ -6,7 +6,6 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::layout::*;
-use super::os;
 use super::slot::{HeartbeatSnapshot, is_reportable};
 use super::table::HeartbeatTable;
 use crate::epoch::EpochMode;
@@ -163,7 +162,8 @@ impl<'a> FailoverWatchdog<'a> {
                     continue; // beating: alive
                 }
                 let start = ident_start(slot.ident.load(Ordering::Acquire), gen_of(owner));
-                os_dead = start != 0 && os::check(pid_of(owner), start) == Liveness::Dead;
+                os_dead =
+                    start != 0 && crate::liveness::check(pid_of(owner), start) == Liveness::Dead;
                 if !os_dead {
                     continue;
                 }
@@ -287,7 +287,8 @@ impl<'a> FailoverWatchdog<'a> {
                 continue;
             }
             let stale = now.saturating_sub(snap.last_seen_epoch) > self.grace
-                || (snap.start_time != 0 && os::check(snap.pid, snap.start_time) == Liveness::Dead);
+                || (snap.start_time != 0
+                    && crate::liveness::check(snap.pid, snap.start_time) == Liveness::Dead);
             if stale && slot.fence(seen) == Some(true) {
                 // Close the halves; bits that raced in stay and make the slot reportable.
                 slot.retag_fenced(gen_of(seen), 0);

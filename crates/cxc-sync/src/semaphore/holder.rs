@@ -7,9 +7,8 @@ use std::sync::atomic::Ordering;
 use super::error::SemaphoreError;
 use super::handle::{SharedSemaphore, pid_namespace};
 use super::layout::ctr;
-use super::pid;
 use super::word::{BookWord, STATE_ACTIVE, STATE_RECLAIMING, owner_parts, owner_word, start_tag};
-use crate::liveness::{ProcStatus, proc_status};
+use crate::liveness::{self, ProcStatus, proc_status};
 
 /// Low half of the holder cache meaning "registration failed: run untracked".
 const UNTRACKED: u32 = u32::MAX;
@@ -23,7 +22,7 @@ impl SharedSemaphore {
     /// again in a forked child). `None` if the table is full: the process runs untracked.
     #[inline]
     pub(super) fn holder(&self) -> Option<usize> {
-        let pid = pid::current_pid();
+        let pid = liveness::current_pid();
         let cached = self.holder.load(Ordering::Acquire);
         if (cached >> 32) as u32 == pid && cached != 0 {
             return match cached as u32 {
@@ -58,7 +57,7 @@ impl SharedSemaphore {
 
     #[cold]
     fn holder_slow(&self) -> Result<usize, ()> {
-        let me = pid::current();
+        let me = liveness::current();
         let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         let cached = self.holder.load(Ordering::Acquire);
         let slot = if (cached >> 32) as u32 == me.pid && cached != 0 {
@@ -69,7 +68,7 @@ impl SharedSemaphore {
             }
         } else {
             let raw = self.raw();
-            let owner = owner_word(STATE_ACTIVE, me.pid, start_tag(me.start));
+            let owner = owner_word(STATE_ACTIVE, me.pid, start_tag(me.start_time));
             let found = if self.foreign {
                 raw.bump(ctr::UNTRACKED);
                 None
@@ -124,8 +123,8 @@ impl SharedSemaphore {
         }
         let raw = self.raw();
         raw.bump(ctr::RECLAIM_SCANS);
-        let me = pid::current();
-        let my_tag = start_tag(me.start);
+        let me = liveness::current();
+        let my_tag = start_tag(me.start_time);
         let mut total = 0;
         for (d, slot) in raw.slots.iter().enumerate() {
             let seen = slot.owner.load(Ordering::Acquire);
@@ -166,7 +165,12 @@ fn is_dead(pid: u32, tag: u32) -> bool {
     }
     match proc_status(pid) {
         ProcStatus::Live { start_time } => start_tag(start_time) != tag,
-        ProcStatus::Zombie | ProcStatus::Gone => true,
+        // The main thread exited: dead only if the whole thread group is gone.
+        ProcStatus::Zombie => match cxc_mmf::identity::proc_group_alive(pid) {
+            Some(alive) => !alive,
+            None => false,
+        },
+        ProcStatus::Gone => true,
         ProcStatus::Unknown => false,
     }
 }

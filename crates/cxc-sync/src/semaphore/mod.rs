@@ -43,8 +43,6 @@ mod holder;
 #[cfg(not(cxc_loom))]
 mod ops;
 #[cfg(not(cxc_loom))]
-mod pid;
-#[cfg(not(cxc_loom))]
 mod stats;
 
 #[cfg(all(test, cxc_loom))]

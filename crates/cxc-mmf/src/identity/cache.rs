@@ -1,117 +1,124 @@
-//! This process's identity (pid + start time), cheap to read and correct after `fork`.
+//! This process's identity, cached so that reading it costs no system call, and correct
+//! in a child made by `fork` without `exec`.
 //!
-//! Every semaphore operation needs the caller's pid to find its cached holder slot, and
-//! `getpid` is a system call (≈ 100 ns here). The identity is therefore cached in a page
-//! mapped with `MADV_WIPEONFORK`: a child created by `fork` sees that page zero-filled,
-//! so it recomputes its own identity instead of acting as its parent (whose holder slot,
-//! if reused, would make the parent's death return the child's permits, or the child's
-//! death return nothing). Where the page cannot be made (not Linux, kernel < 4.14), the
-//! cached identity is checked against `std::process::id()` on every call: correct, just
-//! one system call slower.
+//! The cache lives in a page mapped with `MADV_WIPEONFORK`: a forked child sees it
+//! zero-filled and computes its own identity instead of acting as its parent. Where the
+//! page cannot be made (not Linux, kernel < 4.14) a plain static is used and checked
+//! against `getpid` on every read: correct, one system call slower.
 //!
-//! `cxc_mmf::identity::current` is not used here because its cache survives `fork`.
+//! The slow path allocates nothing (it reads `/proc` into stack buffers), so a forked
+//! child of a multi-threaded process may call it.
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-use crate::liveness::{ProcStatus, proc_status};
-
-/// A process identity.
+/// The raw facts about this process, from which both forms of [`super::Identity`] are
+/// made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Me {
-    /// Process id.
-    pub(crate) pid: u32,
-    /// Start time in clock ticks since boot; 0 if unknown.
-    pub(crate) start: u64,
+pub(super) struct Facts {
+    pub(super) pid: u32,
+    pub(super) pidns: u64,
+    /// Start time in clock ticks (field 22 of `/proc/self/stat`); 0 if unknown.
+    pub(super) start: u64,
+    /// pidfs inode of a pidfd for this process; 0 if the kernel has no pidfs.
+    pub(super) ino: u64,
+    /// Whether `/proc` is mounted for our pid namespace (so `/proc/<pid>` means our pid).
+    pub(super) proc_ours: bool,
 }
 
-/// The cache; zero-filled in a forked child when it lives in the wipe-on-fork page.
 #[repr(C)]
 struct Cache {
-    pid: AtomicU32,
-    _pad: AtomicU32,
+    /// 0 = not filled; else the pid.
+    pid: AtomicU64,
+    pidns: AtomicU64,
     start: AtomicU64,
+    ino: AtomicU64,
+    proc_ours: AtomicU64,
 }
 
 impl Cache {
     const fn new() -> Self {
         Cache {
-            pid: AtomicU32::new(0),
-            _pad: AtomicU32::new(0),
+            pid: AtomicU64::new(0),
+            pidns: AtomicU64::new(0),
             start: AtomicU64::new(0),
+            ino: AtomicU64::new(0),
+            proc_ours: AtomicU64::new(0),
         }
     }
 
     #[inline]
-    fn get(&self) -> Option<Me> {
-        // SYNC: identity cache (Acquire; pairs with the Release store in `fill`).
+    fn get(&self) -> Option<Facts> {
+        // SYNC: identity cache. Acquire pairs with the Release store of `pid` in `fill`,
+        // after which the other fields are visible.
         match self.pid.load(Ordering::Acquire) {
             0 => None,
-            pid => Some(Me {
-                pid,
+            pid => Some(Facts {
+                pid: pid as u32,
+                pidns: self.pidns.load(Ordering::Relaxed),
                 start: self.start.load(Ordering::Relaxed),
+                ino: self.ino.load(Ordering::Relaxed),
+                proc_ours: self.proc_ours.load(Ordering::Relaxed) != 0,
             }),
         }
     }
 
-    fn fill(&self, me: Me) {
-        self.start.store(me.start, Ordering::Relaxed);
+    fn fill(&self, f: Facts) {
+        // Two threads filling at once store the same values.
+        self.pidns.store(f.pidns, Ordering::Relaxed);
+        self.start.store(f.start, Ordering::Relaxed);
+        self.ino.store(f.ino, Ordering::Relaxed);
+        self.proc_ours
+            .store(u64::from(f.proc_ours), Ordering::Relaxed);
         // SYNC: identity cache (Release).
-        self.pid.store(me.pid, Ordering::Release);
+        self.pid.store(u64::from(f.pid), Ordering::Release);
     }
 }
 
 /// The wipe-on-fork page, once made (never unmapped).
 static PAGE: AtomicPtr<Cache> = AtomicPtr::new(ptr::null_mut());
-/// Set when the page cannot be made; then `FALLBACK` is used and verified by `getpid`.
+/// Set when the page cannot be made; then `STATIC` is used and verified by `getpid`.
 static NO_PAGE: AtomicU32 = AtomicU32::new(0);
-static FALLBACK: Cache = Cache::new();
+static STATIC: Cache = Cache::new();
 
-/// This process's pid, without a system call once warmed up.
+/// This process's facts.
 #[inline]
-pub(crate) fn current_pid() -> u32 {
-    let p = PAGE.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: as in `current`.
-        let pid = unsafe { &*p }.pid.load(Ordering::Relaxed);
-        if pid != 0 {
-            return pid;
-        }
-    }
-    current_slow().pid
-}
-
-/// This process's identity.
-#[inline]
-pub(crate) fn current() -> Me {
+pub(super) fn facts() -> Facts {
     let p = PAGE.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: a non-null `PAGE` points to a `Cache` at the start of a private
         // anonymous mapping that is never unmapped (see `make_page`); a forked child
         // inherits the mapping (zero-filled), so the pointer stays valid there too.
-        if let Some(me) = unsafe { &*p }.get() {
-            return me;
+        if let Some(f) = unsafe { &*p }.get() {
+            return f;
         }
     }
-    current_slow()
+    facts_slow()
 }
 
 #[cold]
-fn current_slow() -> Me {
-    let pid = std::process::id();
-    let cache = page().unwrap_or(&FALLBACK);
-    if let Some(me) = cache.get() {
-        if me.pid == pid {
-            return me;
+fn facts_slow() -> Facts {
+    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    let cache = page().unwrap_or(&STATIC);
+    if let Some(f) = cache.get() {
+        if f.pid == pid {
+            return f;
         }
     }
-    let start = match proc_status(pid) {
-        ProcStatus::Live { start_time } => start_time,
+    let proc_ours = super::procfs::proc_is_ours(pid);
+    let start = match super::procfs::stat_of(pid, None) {
+        Some((super::ProcStatus::Live { start_time }, _)) if proc_ours => start_time,
         _ => 0,
     };
-    let me = Me { pid, start };
-    cache.fill(me);
-    me
+    let f = Facts {
+        pid,
+        pidns: super::procfs::self_pidns(),
+        start,
+        ino: super::pidfd::ino_of_pid(pid).unwrap_or(0),
+        proc_ours,
+    };
+    cache.fill(f);
+    f
 }
 
 /// The wipe-on-fork page, made on first use; `None` if it cannot be made.
@@ -119,7 +126,7 @@ fn page() -> Option<&'static Cache> {
     loop {
         let p = PAGE.load(Ordering::Acquire);
         if !p.is_null() {
-            // SAFETY: as in `current`.
+            // SAFETY: as in `facts`.
             return Some(unsafe { &*p });
         }
         if NO_PAGE.load(Ordering::Relaxed) != 0 {
@@ -182,22 +189,3 @@ fn make_page() -> Option<*mut Cache> {
 
 #[cfg(not(target_os = "linux"))]
 fn unmap_page(_p: *mut Cache) {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn matches_the_os() {
-        let me = current();
-        assert_eq!(me.pid, std::process::id());
-        assert_eq!(
-            proc_status(me.pid),
-            ProcStatus::Live {
-                start_time: me.start
-            }
-        );
-        assert_eq!(current(), me);
-        assert_eq!(current_pid(), me.pid);
-    }
-}

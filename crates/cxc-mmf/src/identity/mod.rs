@@ -1,0 +1,377 @@
+//! Process identity and liveness: one module owns both.
+//!
+//! # The identity model
+//!
+//! A pid is neither unique over time (the kernel reuses it) nor unique across pid
+//! namespaces, and files outlive reboots. An [`Identity`] therefore records four words:
+//!
+//! | field    | what                                                                 |
+//! |----------|----------------------------------------------------------------------|
+//! | `pid`    | the pid, as seen in the pid namespace below                         |
+//! | `pidns`  | inode of `/proc/self/ns/pid` of that namespace (0 = unknown)        |
+//! | `boot`   | 64-bit FNV-1a hash of `/proc/sys/kernel/random/boot_id`             |
+//! | `unique` | pidfs inode of a pidfd for the process, or [`FALLBACK_BIT`]` \| start` |
+//!
+//! On kernels with pidfs (Linux 6.9+) `unique` is `fstat(pidfd).st_ino`, which the kernel
+//! never hands to another process during one boot: with the boot id the identity is
+//! never reused while the machine is up. Without pidfs (or when forced by
+//! [`force_fallback`] / `CXC_IDENTITY_FALLBACK=1`) `unique` is [`FALLBACK_BIT`] or'ed
+//! with the start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+//!
+//! **The same-tick window of the fallback path**: start times have the resolution of one
+//! clock tick (`sysconf(_SC_CLK_TCK)`, 100 Hz: 10 ms). A process that dies and whose pid
+//! is handed to a new process that starts within the same tick looks identical (same pid,
+//! same start time, same boot). Pid reuse needs the whole pid space (`pid_max`, 4 194 304
+//! by default on 64-bit) to wrap within those 10 ms, or a crafted `ns_last_pid`; the
+//! pidfs path has no such window.
+//!
+//! # What counts as dead
+//!
+//! [`liveness`] says [`Liveness::Dead`] only when the **whole thread group** is gone: a
+//! pidfd for it polls readable, `pidfd_open` answers `ESRCH`, or (without pidfds) every
+//! task in `/proc/<pid>/task` is a zombie or gone. A main thread that called
+//! `pthread_exit` while other threads run makes `/proc/<pid>/stat` say `Z`; that letter
+//! is not a death certificate and such a process is [`Liveness::Alive`]. A pid that now
+//! names another process (another pidfs inode, or another start time on the fallback
+//! path) is Dead too, as is any identity recorded during another boot.
+//!
+//! # Pid namespaces
+//!
+//! A pid means something only in its pid namespace. An identity recorded in another
+//! namespace than the caller's (another `pidns`) gets [`Liveness::Unknown`]: we cannot
+//! see that process, so we neither declare it dead nor alive, and primitives fall back to
+//! heartbeats/timeouts for it. The `/proc` fallback is used only when `/proc` is mounted
+//! for our own namespace (`/proc/self` names our pid); otherwise it answers Unknown.
+//!
+//! # Cost
+//!
+//! [`Identity::current`] is cached in a page mapped with `MADV_WIPEONFORK` (a child made by
+//! `fork` without `exec` sees it wiped and computes its own, different identity): after
+//! the first call it costs a few atomic loads and no system call. [`liveness`] and the
+//! `/proc` helpers allocate nothing, so a scanner may call them on every round.
+
+mod cache;
+mod pidfd;
+mod procfs;
+
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use rustix::io::Errno;
+
+pub use pidfd::PidWatch;
+pub use procfs::{ProcStatus, parse_stat, proc_status};
+
+/// Set in [`Identity::unique`] when it holds a start time (fallback path) rather than a
+/// pidfs inode.
+pub const FALLBACK_BIT: u64 = 1 << 63;
+
+/// A process identity that is never reused while the machine is up (see the module
+/// documentation for the fallback path's same-tick window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Identity {
+    /// The pid, in the namespace `pidns`.
+    pub pid: u32,
+    /// Inode of the pid namespace (`/proc/self/ns/pid`); 0 if unknown.
+    pub pidns: u64,
+    /// Hash of the boot id; 0 if unknown.
+    pub boot: u64,
+    /// pidfs inode, or [`FALLBACK_BIT`]` | start time in clock ticks`; 0 if unknown.
+    pub unique: u64,
+}
+
+impl Identity {
+    /// Number of `u64` words of [`Identity::to_words`].
+    pub const WORDS: usize = 4;
+
+    /// This process's identity: cached, no system call after the first call, and a new
+    /// identity in a child made by `fork` without `exec`.
+    #[inline]
+    pub fn current() -> Identity {
+        let f = cache::facts();
+        let unique = if f.ino != 0 && !fallback_active() {
+            f.ino
+        } else if f.start != 0 {
+            FALLBACK_BIT | f.start
+        } else {
+            0
+        };
+        Identity {
+            pid: f.pid,
+            pidns: f.pidns,
+            boot: boot(),
+            unique,
+        }
+    }
+
+    /// The identity of the process `pid` of our pid namespace right now; `None` if there
+    /// is no such process or it cannot be identified. (A zombie is identified: its
+    /// liveness is then Dead.)
+    pub fn of_pid(pid: u32) -> Option<Identity> {
+        let me = cache::facts();
+        if pid == me.pid {
+            return Some(Identity::current()).filter(Identity::is_known);
+        }
+        let boot = boot();
+        if pid == 0 || boot == 0 {
+            return None;
+        }
+        let unique = if fallback_active() {
+            if !me.proc_ours {
+                return None;
+            }
+            match procfs::stat_of(pid, None)? {
+                (ProcStatus::Live { .. } | ProcStatus::Zombie, s) if s != 0 => FALLBACK_BIT | s,
+                _ => return None,
+            }
+        } else {
+            pidfd::ino_of_pid(pid)?
+        };
+        Some(Identity {
+            pid,
+            pidns: me.pidns,
+            boot,
+            unique,
+        })
+    }
+
+    /// Whether the identity names a process at all: `pid`, `unique` and `boot` are set.
+    #[inline]
+    pub fn is_known(&self) -> bool {
+        self.pid != 0 && self.unique != 0 && self.boot != 0
+    }
+
+    /// `[pid, pidns, boot, unique]`, for storing in a file.
+    #[inline]
+    pub fn to_words(&self) -> [u64; 4] {
+        [u64::from(self.pid), self.pidns, self.boot, self.unique]
+    }
+
+    /// The inverse of [`Identity::to_words`]. A pid word above `u32::MAX` (a corrupt
+    /// file) gives pid 0, an unknown identity.
+    #[inline]
+    pub fn from_words(w: [u64; 4]) -> Identity {
+        Identity {
+            pid: u32::try_from(w[0]).unwrap_or(0),
+            pidns: w[1],
+            boot: w[2],
+            unique: w[3],
+        }
+    }
+
+    /// Whether `unique` holds a start time (the fallback form).
+    #[inline]
+    pub fn is_fallback(&self) -> bool {
+        self.unique & FALLBACK_BIT != 0
+    }
+}
+
+/// The verdict on a recorded identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// The same process still runs (or is stopped), at least one of its threads.
+    Alive,
+    /// The whole thread group exited, the pid now names another process, or the identity
+    /// is from another boot.
+    Dead,
+    /// Unknown identity, another pid namespace, or the OS could not tell.
+    Unknown,
+}
+
+/// Whether the process `id` still exists (see the module documentation for the rules).
+/// Allocation-free.
+pub fn liveness(id: &Identity) -> Liveness {
+    if !id.is_known() {
+        return Liveness::Unknown;
+    }
+    let boot = boot();
+    if boot == 0 {
+        return Liveness::Unknown;
+    }
+    if id.boot != boot {
+        return Liveness::Dead;
+    }
+    let me = cache::facts();
+    if id.pidns != me.pidns {
+        return Liveness::Unknown;
+    }
+    if id.is_fallback() {
+        liveness_fallback(id, me.proc_ours)
+    } else {
+        liveness_pidfs(id)
+    }
+}
+
+fn liveness_pidfs(id: &Identity) -> Liveness {
+    match pidfd::open(id.pid) {
+        Ok(fd) => match pidfd::ino_of(&fd) {
+            Some(ino) if ino == id.unique => match pidfd::exited(std::os::fd::AsFd::as_fd(&fd)) {
+                Some(true) => Liveness::Dead,
+                Some(false) => Liveness::Alive,
+                None => Liveness::Unknown,
+            },
+            // The pid names another process now.
+            Some(_) => Liveness::Dead,
+            None => Liveness::Unknown,
+        },
+        // No such process; or the pid is now a thread of another process (a pidfd can
+        // only be opened for a thread-group leader, and ours was one).
+        Err(Errno::SRCH) | Err(Errno::INVAL) => Liveness::Dead,
+        Err(_) => Liveness::Unknown,
+    }
+}
+
+fn liveness_fallback(id: &Identity, proc_ours: bool) -> Liveness {
+    if !proc_ours {
+        return Liveness::Unknown;
+    }
+    let start = id.unique & !FALLBACK_BIT;
+    match procfs::stat_of(id.pid, None) {
+        None => Liveness::Unknown,
+        Some((ProcStatus::Gone, _)) => Liveness::Dead,
+        Some((_, s)) if s != start => Liveness::Dead,
+        Some((ProcStatus::Live { .. }, _)) => Liveness::Alive,
+        // The main thread exited: alive as long as any thread runs.
+        Some(_) => match pidfd::open(id.pid) {
+            Ok(fd) if pidfd::verify(&fd, id) => {
+                match pidfd::exited(std::os::fd::AsFd::as_fd(&fd)) {
+                    Some(true) => Liveness::Dead,
+                    Some(false) => Liveness::Alive,
+                    None => group_by_tasks(id.pid),
+                }
+            }
+            Ok(_) | Err(Errno::SRCH) | Err(Errno::INVAL) => Liveness::Dead,
+            Err(_) => group_by_tasks(id.pid),
+        },
+    }
+}
+
+fn group_by_tasks(pid: u32) -> Liveness {
+    match procfs::any_task_alive(pid) {
+        Some(true) => Liveness::Alive,
+        Some(false) => Liveness::Dead,
+        None => Liveness::Unknown,
+    }
+}
+
+/// Whether any thread of process `pid` (of our namespace's `/proc`) still runs, from the
+/// task list `/proc/<pid>/task` alone; `None` if `/proc` cannot tell. Allocation-free.
+pub fn proc_group_alive(pid: u32) -> Option<bool> {
+    procfs::any_task_alive(pid)
+}
+
+/// 0 = not read, 1 = forced on, 2 = forced off / not forced.
+static FORCE: AtomicU8 = AtomicU8::new(0);
+
+/// Makes this process behave as on a kernel without pidfs: new identities take the
+/// fallback form (pid + start time + boot id). For tests; the environment variable
+/// `CXC_IDENTITY_FALLBACK=1` does the same at first use, so re-executed children can be
+/// forced too. Identities already recorded keep their form and are still checked.
+pub fn force_fallback(on: bool) {
+    FORCE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// Whether new identities take the fallback form (forced, or no pidfs).
+#[inline]
+pub fn fallback_active() -> bool {
+    let forced = match FORCE.load(Ordering::Relaxed) {
+        0 => read_env(),
+        f => f == 1,
+    };
+    forced || !pidfd::kernel_has_pidfs()
+}
+
+#[cold]
+fn read_env() -> bool {
+    let on = std::env::var_os("CXC_IDENTITY_FALLBACK").is_some_and(|v| v == "1");
+    // A concurrent `force_fallback` wins.
+    let _ = FORCE.compare_exchange(
+        0,
+        if on { 1 } else { 2 },
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    FORCE.load(Ordering::Relaxed) == 1
+}
+
+/// 0 = not read yet; the boot id never changes while we run.
+static BOOT: AtomicU64 = AtomicU64::new(0);
+
+/// The hash of this boot's id; 0 if it cannot be read.
+pub fn boot() -> u64 {
+    match BOOT.load(Ordering::Relaxed) {
+        0 => {
+            let b = procfs::boot_hash();
+            BOOT.store(b, Ordering::Relaxed);
+            b
+        }
+        b => b,
+    }
+}
+
+/// This process's pid, cached (correct after `fork`), without a system call once warm.
+#[inline]
+pub fn current_pid() -> u32 {
+    cache::facts().pid
+}
+
+/// This process's start time in clock ticks since boot (0 if unknown), cached; the
+/// creator field of file headers records it.
+#[inline]
+pub fn self_start_time() -> u64 {
+    cache::facts().start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_is_alive_and_round_trips() {
+        let me = Identity::current();
+        assert!(me.is_known(), "{me:?}");
+        assert_eq!(me.pid, std::process::id());
+        assert_eq!(liveness(&me), Liveness::Alive);
+        assert_eq!(Identity::from_words(me.to_words()), me);
+        assert_eq!(Identity::of_pid(me.pid), Some(me));
+        assert_eq!(liveness(&Identity::default()), Liveness::Unknown);
+        let other_boot = Identity {
+            boot: me.boot ^ 1,
+            ..me
+        };
+        assert_eq!(liveness(&other_boot), Liveness::Dead);
+        let other_ns = Identity {
+            pidns: me.pidns ^ 1,
+            ..me
+        };
+        assert_eq!(liveness(&other_ns), Liveness::Unknown);
+        let watch = PidWatch::open(&me).expect("self can be watched");
+        assert!(!watch.is_dead());
+        assert!(PidWatch::open(&other_ns).is_none());
+        assert_eq!(current_pid(), me.pid);
+        assert_ne!(self_start_time(), 0);
+    }
+
+    #[test]
+    fn another_start_time_or_inode_is_dead() {
+        let me = Identity::current();
+        let fb = Identity {
+            unique: FALLBACK_BIT | self_start_time(),
+            ..me
+        };
+        assert_eq!(liveness(&fb), Liveness::Alive);
+        let later = Identity {
+            unique: FALLBACK_BIT | (self_start_time() + 1),
+            ..me
+        };
+        assert_eq!(liveness(&later), Liveness::Dead);
+        assert!(PidWatch::open(&later).is_none());
+        if !me.is_fallback() {
+            let other = Identity {
+                unique: me.unique + 1,
+                ..me
+            };
+            assert_eq!(liveness(&other), Liveness::Dead);
+        }
+        assert_eq!(Identity::from_words([1 << 40, 1, 1, 1]).pid, 0);
+    }
+}

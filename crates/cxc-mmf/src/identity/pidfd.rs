@@ -1,0 +1,137 @@
+//! pidfds: a file descriptor naming one process, which the pid's reuse cannot redirect.
+//! On kernels with pidfs (6.9+) the fd's inode number names the process uniquely for the
+//! whole boot; a pidfd polls readable once the whole thread group has exited.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use rustix::event::{PollFd, PollFlags, poll};
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, pidfd_open};
+
+use super::{FALLBACK_BIT, Identity, ProcStatus, procfs};
+
+/// `PIDFS_MAGIC` from `<linux/magic.h>`: the file system of pidfds on kernels with pidfs.
+const PIDFS_MAGIC: i64 = 0x5049_4446;
+
+/// 0 = not probed, 1 = pidfs, 2 = no pidfs.
+static PIDFS: AtomicU8 = AtomicU8::new(0);
+
+/// Opens a pidfd for `pid` (a thread-group leader in our pid namespace).
+pub(super) fn open(pid: u32) -> Result<OwnedFd, Errno> {
+    let raw = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or(Errno::INVAL)?;
+    pidfd_open(raw, PidfdFlags::empty())
+}
+
+/// Whether pidfds live on pidfs here, so that their inode numbers name processes.
+pub(super) fn kernel_has_pidfs() -> bool {
+    match PIDFS.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let me = rustix::process::getpid().as_raw_nonzero().get() as u32;
+            // `f_type` is i64 here but another width on some architectures.
+            #[allow(clippy::unnecessary_cast)]
+            let yes = open(me)
+                .ok()
+                .and_then(|fd| rustix::fs::fstatfs(&fd).ok())
+                .is_some_and(|s| s.f_type as i64 == PIDFS_MAGIC);
+            PIDFS.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+/// The pidfs inode of `fd`; `None` without pidfs.
+pub(super) fn ino_of(fd: &OwnedFd) -> Option<u64> {
+    if !kernel_has_pidfs() {
+        return None;
+    }
+    rustix::fs::fstat(fd)
+        .ok()
+        .map(|s| s.st_ino)
+        .filter(|&i| i != 0)
+}
+
+/// The pidfs inode of the process `pid`; `None` without pidfs or without the process.
+pub(super) fn ino_of_pid(pid: u32) -> Option<u64> {
+    ino_of(&open(pid).ok()?)
+}
+
+/// Whether the process behind `fd` has exited as a whole (non-blocking); `None` if the
+/// poll failed.
+pub(super) fn exited(fd: BorrowedFd<'_>) -> Option<bool> {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        match poll(&mut fds, Some(&zero)) {
+            // A pidfd polls readable once the whole thread group has exited (zombie
+            // included); a leader that exited while other threads run does not.
+            Ok(n) => return Some(n > 0),
+            Err(Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A pidfd held for one identity (opened, then verified against the identity, so it
+/// names the right process even if the pid was reused before it was opened).
+///
+/// Waiters may poll [`PidWatch::as_fd`] for `POLLIN` (readable = the process exited).
+#[derive(Debug)]
+pub struct PidWatch {
+    fd: OwnedFd,
+    id: Identity,
+}
+
+impl PidWatch {
+    /// Opens a pidfd for `id`. `None` if the process is already gone, its pid now names
+    /// another process, it lives on another boot or in another pid namespace, or the
+    /// pidfd cannot be opened (no `pidfd_open`, fd limit).
+    pub fn open(id: &Identity) -> Option<PidWatch> {
+        if !id.is_known() || id.boot != super::boot() || id.pidns != super::cache::facts().pidns {
+            return None;
+        }
+        let fd = open(id.pid).ok()?;
+        if !verify(&fd, id) {
+            return None;
+        }
+        Some(PidWatch { fd, id: *id })
+    }
+
+    /// Whether the whole process has exited (non-blocking poll). A poll failure counts
+    /// as not dead.
+    pub fn is_dead(&self) -> bool {
+        exited(self.fd.as_fd()) == Some(true)
+    }
+
+    /// The pidfd, for `poll`/`epoll` by waiters (readable = exited).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The identity this watch was opened for.
+    pub fn identity(&self) -> Identity {
+        self.id
+    }
+}
+
+/// Whether `fd`, opened for `id.pid`, names the process `id` (checked after opening).
+pub(super) fn verify(fd: &OwnedFd, id: &Identity) -> bool {
+    if id.unique & FALLBACK_BIT != 0 {
+        let start = id.unique & !FALLBACK_BIT;
+        if !super::cache::facts().proc_ours {
+            return false;
+        }
+        matches!(procfs::stat_of(id.pid, None),
+            Some((ProcStatus::Live { .. } | ProcStatus::Zombie, s)) if s == start)
+    } else {
+        ino_of(fd) == Some(id.unique)
+    }
+}
