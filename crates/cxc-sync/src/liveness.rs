@@ -84,6 +84,7 @@ pub fn start_time_for(pid: u32) -> u64 {
 /// (verified against the record after opening); each later check is one non-blocking
 /// `poll`.
 #[derive(Debug, Default)]
+#[allow(dead_code)] // the lease watches full identities (`cxc_mmf::identity::PidWatch`)
 pub(crate) struct PidWatch {
     key: (u32, u64),
     #[cfg(not(cxc_loom))]
@@ -91,6 +92,7 @@ pub(crate) struct PidWatch {
     dead: bool,
 }
 
+#[allow(dead_code)]
 impl PidWatch {
     pub(crate) fn new() -> Self {
         Self::default()

@@ -84,7 +84,27 @@ pub struct OwnerLease<T> {
     /// while `cache_ident` equals this process's identity (a forked child's differs).
     cache: AtomicU64,
     cache_ident: AtomicU64,
+    /// Identity slots this handle pinned (bit `holder - 1`), unpinned on drop.
+    pinned: std::sync::Mutex<u64>,
     _payload: PhantomData<fn() -> T>,
+}
+
+impl<T> Drop for OwnerLease<T> {
+    fn drop(&mut self) {
+        let pinned = *self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
+        if pinned == 0 {
+            return;
+        }
+        let me = Identity::current();
+        let _serial = super::ident::REGISTRY
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for i in 0..64u8 {
+            if pinned & (1 << i) != 0 {
+                self.map.head().unpin(i + 1, &me);
+            }
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for OwnerLease<T> {
@@ -356,6 +376,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             observed: AtomicBool::new(false),
             cache: AtomicU64::new(0),
             cache_ident: AtomicU64::new(0),
+            pinned: std::sync::Mutex::new(0),
             _payload: PhantomData,
         }
     }
@@ -430,14 +451,26 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         use std::sync::atomic::Ordering as O;
         let me = Identity::current();
         let st = self.state();
+        let _serial = super::ident::REGISTRY
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let h = if register {
             st.register(pid, &me)?
         } else {
-            st.idents
-                .iter()
-                .position(|s| s.read() == Some((pid, me)))
-                .map(|i| i as u8 + 1)?
+            st.lookup(pid, &me)?
         };
+        // Pin the slot for this handle's lifetime, so this process never frees a slot a
+        // handle may still use (a forked child's pins are its parent's: start afresh).
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        if self.cache_ident.load(O::Acquire) != me.unique && self.cache_ident.load(O::Acquire) != 0
+        {
+            *pinned = 0;
+        }
+        let bit = 1u64 << (h - 1);
+        if *pinned & bit == 0 {
+            st.pin(h);
+            *pinned |= bit;
+        }
         self.cache_ident.store(0, O::Relaxed);
         std::sync::atomic::fence(O::Release);
         self.cache
@@ -572,7 +605,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             }
         }
         st.bump(counter::BLOCKED_WAITS, 1);
-        let mut watch = crate::liveness::PidWatch::new();
+        let mut watch = super::os::CachedWatch::default();
         std::thread::scope(|scope| {
             let mut watcher: Option<DeathWatcher<'_>> = None;
             let mut naps = 0u32;
@@ -591,7 +624,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     grace,
                     self.now(),
                     |s: &LeaseState, w| match s.holder_identity(w) {
-                        Some(id) if check_os => watch.liveness(id.pid, id.unique),
+                        Some(id) if check_os => watch.liveness(&id),
                         _ => Liveness::Unknown,
                     },
                     false,

@@ -38,7 +38,9 @@ pub(crate) struct IdentSlot {
     pub(crate) state: AtomicU64,
     pub(crate) pid: AtomicU64,
     pub(crate) ident: [AtomicU64; 4],
-    _reserved: [AtomicU64; 2],
+    /// Handles of the registering process that use this slot (see `unpin`).
+    pub(crate) handles: AtomicU64,
+    _reserved: AtomicU64,
 }
 
 #[cfg(not(cxc_loom))]
@@ -51,7 +53,8 @@ impl IdentSlot {
             state: AtomicU64::new(0),
             pid: AtomicU64::new(0),
             ident: std::array::from_fn(|_| AtomicU64::new(0)),
-            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
+            handles: AtomicU64::new(0),
+            _reserved: AtomicU64::new(0),
         }
     }
 
@@ -72,6 +75,7 @@ impl IdentSlot {
     /// Writes the slot (the caller moved `state` to BUSY) and makes it valid.
     fn fill(&self, from: u64, pid: u32, ident: &Identity) {
         self.pid.store(u64::from(pid), Ordering::Relaxed);
+        self.handles.store(0, Ordering::Relaxed);
         for (dst, w) in self.ident.iter().zip(ident.to_words()) {
             dst.store(w, Ordering::Relaxed);
         }
@@ -81,20 +85,20 @@ impl IdentSlot {
     }
 }
 
-/// Serialises registration within this process, so two handles of one file never
-/// register two slots for the same pid. Held only on the once-per-pid slow path.
+/// Serialises registration and unregistration within this process, so two handles of one
+/// file never register two slots for the same pid, and a slot is never freed while a
+/// handle of this process is about to use it. Held only on slow paths.
 #[cfg(not(cxc_loom))]
-static REGISTRY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static REGISTRY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl LeaseState {
     /// The holder value (slot + 1) of the slot registered by `me` for `pid`, registering
     /// one if needed. `None` if every slot belongs to a live process or is referenced.
+    /// Handles call it holding [`REGISTRY`].
     pub(crate) fn register(&self, pid: u32, me: &Identity) -> Option<u8> {
         if pid == 0 {
             return None;
         }
-        #[cfg(not(cxc_loom))]
-        let _serial = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         // 1. Already registered.
         for (i, slot) in self.idents.iter().enumerate() {
             if slot.read() == Some((pid, *me)) {
@@ -140,6 +144,51 @@ impl LeaseState {
             return Some(holder);
         }
         None
+    }
+
+    /// The slot registered by `me` for `pid`, if any (no registration).
+    pub(crate) fn lookup(&self, pid: u32, me: &Identity) -> Option<u8> {
+        self.idents
+            .iter()
+            .position(|s| s.read() == Some((pid, *me)))
+            .map(|i| i as u8 + 1)
+    }
+
+    /// A handle of `me` starts using slot `holder` (caller holds [`REGISTRY`]).
+    pub(crate) fn pin(&self, holder: u8) {
+        if let Some(slot) = self.slot(holder) {
+            slot.handles.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A handle of `me` stops using slot `holder` (caller holds [`REGISTRY`]). The last
+    /// one frees the slot unless a claim or a quarantined buffer still refers to it (then
+    /// it is reused once the process is gone). A forked child's copy of a handle does
+    /// nothing: the slot is its parent's.
+    pub(crate) fn unpin(&self, holder: u8, me: &Identity) {
+        let Some(slot) = self.slot(holder) else {
+            return;
+        };
+        let s = slot.state.load(Ordering::Acquire);
+        match slot.read() {
+            Some((_, owner)) if owner == *me => {}
+            _ => return,
+        }
+        if slot.handles.fetch_sub(1, Ordering::AcqRel) != 1 || self.slot_referenced(holder) {
+            return;
+        }
+        if slot
+            .state
+            .compare_exchange(s, BUSY, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        if self.slot_referenced(holder) {
+            slot.state.store(s, Ordering::Release);
+        } else {
+            slot.state.store(0, Ordering::Release);
+        }
     }
 
     /// Whether the claim word or a quarantine record refers to slot `holder`.

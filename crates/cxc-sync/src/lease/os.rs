@@ -1,42 +1,29 @@
-//! The process-identity functions the lease uses (one place to swap them).
+//! The process-identity functions the lease uses (`cxc_mmf::identity`).
 
-pub(crate) use crate::liveness::Liveness;
+pub(crate) use cxc_mmf::identity::{Identity, Liveness, PidWatch, liveness};
 
-/// Temporary stand-in with the identity module's API (pid + start time).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub(crate) struct Identity {
-    pub(crate) pid: u32,
-    pub(crate) pidns: u64,
-    pub(crate) boot: u64,
-    pub(crate) unique: u64,
+/// Liveness of `id` through a pidfd cached across calls (one `poll` per check once open;
+/// reopened when the identity changes). Used by blocked acquirers, which ask repeatedly.
+#[derive(Debug, Default)]
+pub(crate) struct CachedWatch {
+    cur: Option<(Identity, Option<PidWatch>)>,
 }
 
-impl Identity {
-    #[cfg(not(cxc_loom))]
-    pub(crate) fn current() -> Identity {
-        let me = crate::liveness::current();
-        Identity {
-            pid: me.pid,
-            pidns: 1,
-            boot: 1,
-            unique: me.start_time,
+impl CachedWatch {
+    pub(crate) fn liveness(&mut self, id: &Identity) -> Liveness {
+        if self.cur.as_ref().is_none_or(|(c, _)| c != id) {
+            self.cur = Some((*id, PidWatch::open(id)));
+        }
+        match &self.cur {
+            Some((_, Some(w))) => {
+                if w.is_dead() {
+                    Liveness::Dead
+                } else {
+                    Liveness::Alive
+                }
+            }
+            // Could not open a pidfd: ask the identity module directly.
+            _ => liveness(id),
         }
     }
-
-    pub(crate) fn to_words(self) -> [u64; 4] {
-        [u64::from(self.pid), self.pidns, self.boot, self.unique]
-    }
-
-    pub(crate) fn from_words(w: [u64; 4]) -> Identity {
-        Identity {
-            pid: w[0] as u32,
-            pidns: w[1],
-            boot: w[2],
-            unique: w[3],
-        }
-    }
-}
-
-pub(crate) fn liveness(id: &Identity) -> Liveness {
-    crate::liveness::check(id.pid, id.unique)
 }

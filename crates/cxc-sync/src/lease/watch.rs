@@ -11,7 +11,7 @@
 use std::os::fd::OwnedFd;
 use std::thread::{Scope, ScopedJoinHandle};
 
-use super::os::{Identity, Liveness, liveness};
+use super::os::{Identity, Liveness, PidWatch, liveness};
 use super::state::LeaseState;
 use crate::primitive::Ordering;
 
@@ -49,15 +49,16 @@ impl<'scope> DeathWatcher<'scope> {
         ident: Identity,
     ) -> Option<Self> {
         use rustix::event::{EventfdFlags, eventfd};
-        use rustix::process::{Pid, PidfdFlags, pidfd_open};
-        let raw = Pid::from_raw(i32::try_from(ident.pid).ok()?)?;
-        let pidfd = match pidfd_open(raw, PidfdFlags::empty()) {
-            Ok(fd) => Some(fd),
-            Err(rustix::io::Errno::SRCH) => None,
-            Err(_) => return None,
+        // Opened, then verified against the identity (so it names the right process even
+        // under pid reuse); `None` when the process is gone or cannot be watched.
+        let pidfd = PidWatch::open(&ident);
+        let dead = match &pidfd {
+            Some(w) => w.is_dead(),
+            None => liveness(&ident) == Liveness::Dead,
         };
-        // Checked after opening: if the pid was reused, the fd names the wrong process.
-        let dead = pidfd.is_none() || liveness(&ident) == Liveness::Dead;
+        if pidfd.is_none() && !dead {
+            return None;
+        }
         let stop = eventfd(0, EventfdFlags::CLOEXEC).ok()?;
         let stop_r = stop.try_clone().ok()?;
         let handle = std::thread::Builder::new()
@@ -66,8 +67,9 @@ impl<'scope> DeathWatcher<'scope> {
                 if !dead {
                     let Some(pidfd) = pidfd else { return };
                     use rustix::event::{PollFd, PollFlags, poll};
+                    let fd = pidfd.as_fd();
                     let mut fds = [
-                        PollFd::new(&pidfd, PollFlags::IN),
+                        PollFd::new(&fd, PollFlags::IN),
                         PollFd::new(&stop_r, PollFlags::IN),
                     ];
                     loop {
