@@ -30,9 +30,9 @@ pub use heartbeat::{
     HeartbeatTable, InFlightBits, ReclaimReport,
 };
 pub use heartbeat::{HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, heartbeat_counter};
-pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 #[cfg(not(cxc_loom))]
-pub use lease::{LeaseStatus, OwnerLease};
+pub use lease::{GuardError, LeaseBuilder, LeaseGuard, LeaseStatus, OwnedLeaseGuard, OwnerLease};
+pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 #[cfg(not(cxc_loom))]
 pub use semaphore::{HolderInfo, Permit, SemaphoreStats, SharedSemaphore};
 pub use semaphore::{SemaphoreError, SemaphoreOptions};

@@ -11,13 +11,16 @@ pub use cxc_sync::{
     ReclaimReport, heartbeat_counter,
 };
 pub use cxc_sync::{
-    EpochMode, LeaseClaim, LeaseError, LeaseOptions, LeaseStatus, OwnerLease, Preemption,
+    EpochMode, GuardError, LeaseBuilder, LeaseClaim, LeaseError, LeaseGuard, LeaseOptions,
+    LeaseStatus, OwnedLeaseGuard, OwnerLease, Preemption,
 };
 pub use cxc_sync::{FencedLease, MmapLease, PermitPool};
 
 /// Lease internals useful to tools: counter names, type-erased inspection.
 pub mod lease {
-    pub use cxc_sync::lease::{PAYLOAD_BYTES, counter, inspect};
+    pub use cxc_sync::lease::{
+        DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter, inspect,
+    };
 }
 
 pub use cxc_sidecar as sidecar;

@@ -14,6 +14,7 @@ use cxc_sidecar::{
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+use super::ident::pid_word;
 use super::os::Identity;
 use super::state::{
     ClaimReason, Claimant, Granted, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy, WriteRefused,
@@ -86,6 +87,8 @@ pub struct OwnerLease<T> {
     cache_ident: AtomicU64,
     /// Identity slots this handle pinned (bit `holder - 1`), unpinned on drop.
     pinned: std::sync::Mutex<u64>,
+    /// Guards' settings: the grace in epochs and the pid their slot names.
+    pub(super) guard: super::builder::GuardSettings,
     _payload: PhantomData<fn() -> T>,
 }
 
@@ -196,12 +199,12 @@ fn check_payload<T>() -> Result<(), LeaseError> {
 }
 
 /// Payload words that hold a `T` (the rest of the buffer is never read or written).
-const fn words_for<T>() -> usize {
+pub(super) const fn words_for<T>() -> usize {
     let n = size_of::<T>().div_ceil(8);
     if n > PAYLOAD_WORDS { PAYLOAD_WORDS } else { n }
 }
 
-fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
+pub(super) fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
     let mut words = [0u64; PAYLOAD_WORDS];
     let src = value.as_bytes();
     if let Some(dst) = words.as_mut_bytes().get_mut(..src.len()) {
@@ -210,7 +213,7 @@ fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
     words
 }
 
-fn from_words<T: FromBytes>(words: &[u64; PAYLOAD_WORDS]) -> Option<T> {
+pub(super) fn from_words<T: FromBytes>(words: &[u64; PAYLOAD_WORDS]) -> Option<T> {
     T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
 }
 
@@ -377,13 +380,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             cache: AtomicU64::new(0),
             cache_ident: AtomicU64::new(0),
             pinned: std::sync::Mutex::new(0),
+            guard: super::builder::GuardSettings::for_mode(epoch),
             _payload: PhantomData,
         }
     }
 }
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
-    fn state(&self) -> &LeaseState {
+    pub(super) fn state(&self) -> &LeaseState {
         self.map.head()
     }
 
@@ -395,7 +399,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     #[inline]
-    fn now(&self) -> u64 {
+    pub(super) fn now(&self) -> u64 {
         self.clock.now(&self.state().epoch)
     }
 
@@ -421,7 +425,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// The identity-table holder value this process uses for `pid`, from the handle's
     /// cache. `None` on a miss (another pid, never registered, or a forked child).
     #[inline]
-    fn cached_holder(&self, pid: u32) -> Option<u8> {
+    fn cached_holder(&self, pid: u64) -> Option<u8> {
         use std::sync::atomic::Ordering as O;
         let me = Identity::current().unique;
         if self.cache_ident.load(O::Acquire) != me || me == 0 {
@@ -429,7 +433,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
         let c = self.cache.load(O::Acquire);
         // SYNC: handle cache. Pairs with the stores in `holder_slow`.
-        if self.cache_ident.load(O::Acquire) != me || (c >> 32) as u32 != pid {
+        if self.cache_ident.load(O::Acquire) != me || c >> 8 != pid {
             return None;
         }
         Some(c as u8).filter(|h| *h != 0)
@@ -439,7 +443,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// `register` (claims) or only looking one up (operations of a holder).
     #[inline]
     fn holder(&self, pid: u32, register: bool) -> Option<u8> {
-        if pid == 0 {
+        self.holder_as(pid_word(pid, false), register)
+    }
+
+    /// As [`holder`](Self::holder) for a slot pid word (a pid, or a guard's slot).
+    #[inline]
+    pub(super) fn holder_as(&self, pid: u64, register: bool) -> Option<u8> {
+        if pid as u32 == 0 {
             return None;
         }
         self.cached_holder(pid)
@@ -447,7 +457,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     #[cold]
-    fn holder_slow(&self, pid: u32, register: bool) -> Option<u8> {
+    fn holder_slow(&self, pid: u64, register: bool) -> Option<u8> {
         use std::sync::atomic::Ordering as O;
         let me = Identity::current();
         let st = self.state();
@@ -473,8 +483,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
         self.cache_ident.store(0, O::Relaxed);
         std::sync::atomic::fence(O::Release);
-        self.cache
-            .store(u64::from(pid) << 32 | u64::from(h), O::Relaxed);
+        self.cache.store(pid << 8 | u64::from(h), O::Relaxed);
         self.cache_ident.store(me.unique, O::Release);
         Some(h)
     }
@@ -483,12 +492,20 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     fn claim_now(&self, my_pid: u32, grace: u64, write: bool) -> Option<Granted> {
         let holder = self.holder(my_pid, true)?;
+        let me = Claimant {
+            holder,
+            pid: my_pid,
+            private: false,
+        };
+        self.claim_as(me, grace, write)
+    }
+
+    /// One claim attempt for `me`.
+    #[inline]
+    pub(super) fn claim_as(&self, me: Claimant, grace: u64, write: bool) -> Option<Granted> {
         let g = self.state().try_claim(
             self.policy(),
-            Claimant {
-                holder,
-                pid: my_pid,
-            },
+            me,
             grace,
             self.now(),
             |s: &LeaseState, w| s.holder_liveness(w),
@@ -550,7 +567,19 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let me = Claimant {
             holder,
             pid: my_pid,
+            private: false,
         };
+        self.acquire_as(me, grace, timeout)
+            .map(|g| self.state().claim_for(g.word, g.torn))
+    }
+
+    /// The blocking claim behind [`acquire`](Self::acquire) and the guards' `lock`.
+    pub(super) fn acquire_as(
+        &self,
+        me: Claimant,
+        grace: u64,
+        timeout: Duration,
+    ) -> Option<Granted> {
         // First attempt without an OS check: the slow path checks holder death cheaply.
         let first = self.state().try_claim(
             self.policy(),
@@ -562,13 +591,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         );
         if let Some(g) = first {
             self.note_grant(&g);
-            return Some(self.state().claim_for(g.word, g.torn));
+            return Some(g);
         }
         self.acquire_slow(me, grace, timeout)
     }
 
     #[cold]
-    fn acquire_slow(&self, me: Claimant, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
+    fn acquire_slow(&self, me: Claimant, grace: u64, timeout: Duration) -> Option<Granted> {
         let st = self.state();
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
@@ -601,7 +630,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     sidecar_flags::WAIT_SPUN,
                     started.elapsed().as_nanos() as u64,
                 );
-                return Some(st.claim_for(g.word, g.torn));
+                return Some(g);
             }
         }
         st.bump(counter::BLOCKED_WAITS, 1);
@@ -667,7 +696,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 self.note_grant(g);
             }
             self.note(OpCode::LeaseBlockedWait, flags, waited);
-            got.map(|g| st.claim_for(g.word, g.torn))
+            got
         })
     }
 
@@ -710,7 +739,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if !self.held_as(cur, my_pid) {
             return false;
         }
-        let ok = self.state().release_from(cur.id(), cur);
+        let ok = self.state().release_from(cur.id(), cur, false);
         self.note(OpCode::LeaseRelease, 0, u64::from(ok));
         ok
     }

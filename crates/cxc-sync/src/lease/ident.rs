@@ -31,6 +31,13 @@ pub(crate) const IDENT_SLOTS: usize = 64;
 const BUSY: u64 = 1;
 const VALID: u64 = 2;
 const VERSION_ONE: u64 = 4;
+/// Pid-word flag of a slot used by guards (`LeaseGuard`), which pid calls never match.
+pub(crate) const PRIVATE_SLOT: u64 = 1 << 32;
+
+/// The pid word of a slot for `pid` (guards: `private`).
+pub(crate) fn pid_word(pid: u32, private: bool) -> u64 {
+    u64::from(pid) | if private { PRIVATE_SLOT } else { 0 }
+}
 
 /// One identity slot (one cache line).
 #[repr(C)]
@@ -58,13 +65,14 @@ impl IdentSlot {
         }
     }
 
-    /// `(pid, identity)` if the slot is valid.
-    pub(crate) fn read(&self) -> Option<(u32, Identity)> {
+    /// `(pid word, identity)` if the slot is valid. The pid word is the pid, with
+    /// [`PRIVATE_SLOT`] for the slot of this process's guards.
+    pub(crate) fn read(&self) -> Option<(u64, Identity)> {
         let s1 = self.state.load(Ordering::Acquire);
         if s1 & VALID == 0 {
             return None;
         }
-        let pid = self.pid.load(Ordering::Acquire) as u32;
+        let pid = self.pid.load(Ordering::Acquire);
         let ident = Identity::from_words(std::array::from_fn(|i| {
             self.ident[i].load(Ordering::Acquire)
         }));
@@ -73,8 +81,8 @@ impl IdentSlot {
     }
 
     /// Writes the slot (the caller moved `state` to BUSY) and makes it valid.
-    fn fill(&self, from: u64, pid: u32, ident: &Identity) {
-        self.pid.store(u64::from(pid), Ordering::Relaxed);
+    fn fill(&self, from: u64, pid: u64, ident: &Identity) {
+        self.pid.store(pid, Ordering::Relaxed);
         self.handles.store(0, Ordering::Relaxed);
         for (dst, w) in self.ident.iter().zip(ident.to_words()) {
             dst.store(w, Ordering::Relaxed);
@@ -95,8 +103,8 @@ impl LeaseState {
     /// The holder value (slot + 1) of the slot registered by `me` for `pid`, registering
     /// one if needed. `None` if every slot belongs to a live process or is referenced.
     /// Handles call it holding [`REGISTRY`].
-    pub(crate) fn register(&self, pid: u32, me: &Identity) -> Option<u8> {
-        if pid == 0 {
+    pub(crate) fn register(&self, pid: u64, me: &Identity) -> Option<u8> {
+        if pid as u32 == 0 {
             return None;
         }
         // 1. Already registered.
@@ -147,7 +155,7 @@ impl LeaseState {
     }
 
     /// The slot registered by `me` for `pid`, if any (no registration).
-    pub(crate) fn lookup(&self, pid: u32, me: &Identity) -> Option<u8> {
+    pub(crate) fn lookup(&self, pid: u64, me: &Identity) -> Option<u8> {
         self.idents
             .iter()
             .position(|s| s.read() == Some((pid, *me)))
@@ -211,7 +219,7 @@ impl LeaseState {
     pub(crate) fn holder_pid(&self, word: Word) -> u32 {
         self.slot(word.holder())
             .and_then(IdentSlot::read)
-            .map_or(0, |(pid, _)| pid)
+            .map_or(0, |(pid, _)| pid as u32)
     }
 
     /// The identity of the process that made the claim `word`.

@@ -21,7 +21,7 @@ fn holder(s: &LeaseState, pid: u32) -> u8 {
         boot: 1,
         unique: u64::from(pid),
     };
-    s.register(pid, &me).expect("identity slot")
+    s.register(u64::from(pid), &me).expect("identity slot")
 }
 
 fn pid_of(s: &LeaseState, w: u64) -> u32 {
@@ -61,6 +61,7 @@ fn claim_judged(
     let me = Claimant {
         holder: holder(s, pid),
         pid,
+        private: false,
     };
     s.try_claim(policy, me, grace, now, judge, write)
         .map(|g| (s.claim_for(g.word, g.torn), g.word))

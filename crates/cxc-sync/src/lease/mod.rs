@@ -13,8 +13,16 @@ pub use claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 pub use state::{PAYLOAD_BYTES, counter};
 
 #[cfg(not(cxc_loom))]
+mod builder;
+#[cfg(not(cxc_loom))]
 mod file;
+#[cfg(not(cxc_loom))]
+mod guard;
 #[cfg(not(cxc_loom))]
 mod watch;
 #[cfg(not(cxc_loom))]
+pub use builder::{DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, LeaseBuilder};
+#[cfg(not(cxc_loom))]
 pub use file::{LeaseStatus, OwnerLease, inspect};
+#[cfg(not(cxc_loom))]
+pub use guard::{GuardError, LeaseGuard, OwnedLeaseGuard};

@@ -21,7 +21,7 @@
 //!
 //! The full 64-bit generation is `term`-relative: `term` is a checkpoint of the full
 //! generation stored every 2^16 claims, and a claim's full generation is the unique value
-//! above the checkpoint with the claim word's low 41 bits.
+//! above the checkpoint with the claim word's low 40 bits.
 
 use crate::liveness::Liveness;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence, spin_hint};
@@ -245,6 +245,9 @@ pub(crate) struct Policy {
 pub(crate) struct Claimant {
     pub(crate) holder: u8,
     pub(crate) pid: u32,
+    /// A guard's claim: never idempotent (every guard excludes every other), never
+    /// preempted, and written without WRITE by its single writer.
+    pub(crate) private: bool,
 }
 
 /// Why a write was refused.
@@ -333,7 +336,8 @@ impl LeaseState {
                 .with_holder(me.holder)
                 .with_stage(Some(stage))
                 .next_gen()
-                .with_write(write);
+                .with_write(write)
+                .with_private(me.private);
             if self
                 .claim
                 .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
@@ -378,7 +382,7 @@ impl LeaseState {
         };
         let mut cur = self.word();
         loop {
-            if cur.holder() == me.holder {
+            if cur.holder() == me.holder && !me.private {
                 // Idempotent (seed): the caller already holds it.
                 if write {
                     // `with_lease` on a held lease goes through the ordinary write path.
@@ -393,7 +397,7 @@ impl LeaseState {
             let mut verdict = Liveness::Unknown;
             let reason = if cur.is_vacant() {
                 ClaimReason::Vacant
-            } else if policy.preempt_lower && me.pid < self.holder_pid(cur) {
+            } else if policy.preempt_lower && !cur.private() && me.pid < self.holder_pid(cur) {
                 ClaimReason::Preempt
             } else if now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) > grace {
                 ClaimReason::Stale
@@ -406,37 +410,43 @@ impl LeaseState {
                 }
             };
             let mut next = cur;
-            let torn = cur.writing();
-            if torn {
-                // A write is in flight. A writer the OS proves dead can store nothing
-                // more. A live (or unidentifiable, e.g. paused) one gets a short while to
-                // finish; then a preemption gives up (a live writer is never preempted
-                // mid-write), while a stale-heartbeat takeover or a release supersedes it
-                // and quarantines its staging buffer (L5, L7).
-                if verdict == Liveness::Unknown && !cur.is_vacant() {
+            let mut torn = cur.writing();
+            if cur.may_be_writing() {
+                // A write may be in flight: WRITE is set, or the holder is a guard (whose
+                // single writer stages without WRITE). A writer the OS proves dead can
+                // store nothing more. A live (or unidentifiable, e.g. paused) one with
+                // WRITE gets a short while to finish; then a preemption gives up (a live
+                // writer is never preempted mid-write), while a stale-heartbeat takeover
+                // supersedes it and quarantines its staging buffer (L5, L7).
+                if verdict == Liveness::Unknown {
                     verdict = judge(self, cur);
                 }
+                if cur.private() {
+                    // A guard's update was interrupted if its staging buffer is mid-fill.
+                    torn = cur
+                        .stage()
+                        .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1);
+                }
                 if verdict != Liveness::Dead {
-                    if spins < WRITE_SPIN_LIMIT {
-                        spins += 1;
-                        spin_hint();
-                        cur = self.word();
-                        continue;
-                    }
-                    if reason == ClaimReason::Preempt
-                        && now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) <= grace
-                    {
-                        return None;
-                    }
-                    match cur.stage() {
-                        Some(s) => {
-                            self.qowner[s].fetch_max(
-                                quarantine_tag(self.full_generation(cur.0), cur.holder()),
-                                Ordering::AcqRel,
-                            );
-                            next = next.with_quarantined(s);
+                    if cur.writing() {
+                        if spins < WRITE_SPIN_LIMIT {
+                            spins += 1;
+                            spin_hint();
+                            cur = self.word();
+                            continue;
                         }
-                        None => debug_assert!(false, "WRITE without a staging buffer"),
+                        if reason == ClaimReason::Preempt
+                            && now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) <= grace
+                        {
+                            return None;
+                        }
+                    }
+                    if let Some(s) = cur.stage() {
+                        self.qowner[s].fetch_max(
+                            quarantine_tag(self.full_generation(cur.0), cur.holder()),
+                            Ordering::AcqRel,
+                        );
+                        next = next.with_quarantined(s);
                     }
                 }
             }
@@ -444,6 +454,7 @@ impl LeaseState {
                 .with_holder(me.holder)
                 .with_stage(None)
                 .with_write(false)
+                .with_private(me.private)
                 .next_gen();
             let stage = next.free_buffer();
             if write && stage.is_none() {
@@ -506,21 +517,22 @@ impl LeaseState {
     /// current claim (L3).
     #[inline]
     pub(crate) fn release_id(&self, id: u64) -> bool {
-        self.release_from(id, self.word())
+        self.release_from(id, self.word(), false)
     }
 
     /// [`release_id`](Self::release_id) starting from an already loaded claim word. A
     /// write of the same claim in flight (a sibling thread's) does not delay the release:
     /// its staging buffer goes into quarantine and its publication will fail.
+    /// `by_guard`: the release is the guard's own (its single writer is not writing).
     #[inline]
-    pub(crate) fn release_from(&self, id: u64, mut cur: Word) -> bool {
+    pub(crate) fn release_from(&self, id: u64, mut cur: Word, by_guard: bool) -> bool {
         loop {
             if cur.id() != id || cur.is_vacant() {
                 self.bump(counter::STALE_OP_REJECTED, 1);
                 return false;
             }
             let mut next = cur.vacated();
-            if cur.writing()
+            if (cur.writing() || (cur.private() && !by_guard))
                 && let Some(s) = cur.stage()
             {
                 self.qowner[s].fetch_max(
@@ -618,6 +630,103 @@ impl LeaseState {
         } else {
             Err(WriteRefused::Lost)
         }
+    }
+
+    /// A guard's write: fill the claim's staging buffer with plain stores and publish with
+    /// one CAS (no WRITE: a guard's claim is PRIVATE, so whoever supersedes or releases it
+    /// quarantines its staging buffer). The caller is the claim's only writer.
+    pub(crate) fn write_private(
+        &self,
+        id: u64,
+        words: &[u64; PAYLOAD_WORDS],
+        n: usize,
+    ) -> Result<Word, WriteRefused> {
+        let mut cur = self.word();
+        if cur.id() != id {
+            self.bump(counter::STALE_OP_REJECTED, 1);
+            return Err(WriteRefused::Lost);
+        }
+        if cur.stage().is_none() {
+            cur = self.stage_for(id)?;
+        }
+        self.fill(cur, words, n);
+        let mut at = cur;
+        loop {
+            let next = at.published_swap();
+            match self
+                .claim
+                .compare_exchange(at.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if self.torn.load(Ordering::Relaxed) == id {
+                        let _ =
+                            self.torn
+                                .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        self.bump(counter::TORN_RESTORED, 1);
+                    }
+                    return Ok(next);
+                }
+                Err(actual) if Word(actual).sans_quarantine() == cur.sans_quarantine() => {
+                    at = Word(actual);
+                }
+                Err(_) => {
+                    self.bump(counter::STALE_OP_REJECTED, 1);
+                    self.free_own_quarantine(cur);
+                    return Err(WriteRefused::Lost);
+                }
+            }
+        }
+    }
+
+    /// Gives the (private) claim `id` a staging buffer: a free one, after reaping the
+    /// quarantined buffers of dead writers if none is free.
+    #[cold]
+    fn stage_for(&self, id: u64) -> Result<Word, WriteRefused> {
+        let mut reaped = false;
+        let mut cur = self.word();
+        loop {
+            if cur.id() != id {
+                return Err(WriteRefused::Lost);
+            }
+            if cur.stage().is_some() {
+                return Ok(cur);
+            }
+            let Some(b) = cur.free_buffer() else {
+                if reaped {
+                    self.bump(counter::NO_BUFFER, 1);
+                    return Err(WriteRefused::NoBuffer);
+                }
+                reaped = true;
+                self.reap_quarantine();
+                cur = self.word();
+                continue;
+            };
+            let next = cur.with_stage(Some(b));
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(next),
+                Err(actual) => cur = Word(actual),
+            }
+        }
+    }
+
+    /// A guard gives up its claim `last` (the claim word it last installed or saw as
+    /// current): release it if still current; if it was superseded meanwhile, free the
+    /// quarantine of its staging buffer (the guard is not writing). Returns whether the
+    /// claim was still current.
+    pub(crate) fn release_private(&self, last: Word) -> bool {
+        if self.release_from(last.id(), self.word(), true) {
+            return true;
+        }
+        let cur = self.word();
+        if cur.id() != last.id() {
+            // Our claim went while we were not writing: the stage of the word a taker
+            // superseded is the last one we knew (our publications keep `last` current).
+            self.free_own_quarantine(last);
+        }
+        false
     }
 
     /// Sets WRITE on the current claim if it satisfies `accept` (waiting boundedly for a
@@ -767,7 +876,7 @@ impl LeaseState {
     /// Called by a writer of `word` whose claim was superseded or released while it held
     /// WRITE: it stores nothing more into its staging buffer, so the buffer leaves
     /// quarantine.
-    fn free_own_quarantine(&self, word: Word) {
+    pub(crate) fn free_own_quarantine(&self, word: Word) {
         let Some(s) = word.stage() else { return };
         let tag = quarantine_tag(self.full_generation(word.0), word.holder());
         let mut cur = self.word();

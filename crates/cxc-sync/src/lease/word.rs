@@ -9,7 +9,8 @@
 //! | 11..14 | stage   | the holder's staging buffer; equal to `pub` when it has none     |
 //! | 14     | WRITE   | a writer of this claim is filling `stage` (or runs `with_lease`) |
 //! | 15..23 | Q       | one bit per buffer: quarantined for a superseded, live writer    |
-//! | 23..64 | gen     | low 41 bits of the generation, +1 on every claim                 |
+//! | 23     | PRIVATE | a guard's claim: one writer, which writes without WRITE          |
+//! | 24..64 | gen     | low 40 bits of the generation, +1 on every claim                 |
 //!
 //! Transitions (every one a CAS on the whole word; `docs/owner-lease.md` has the table):
 //!
@@ -21,6 +22,7 @@
 //! | held                       | vacant, stage = pub                        | release            |
 //! | held, WRITE                | vacant or new holder, Q += stage           | release / takeover |
 //! | held, not WRITE            | new holder, gen+1, stage = a free buffer   | takeover           |
+//! | held, PRIVATE              | new holder or vacant, Q += stage           | takeover / release by another |
 //! | Q has bit b                | Q -= b                                     | b's writer, or a proof of its death |
 
 /// Holder field: identity-table slot + 1; 0 = vacant.
@@ -33,7 +35,10 @@ pub(crate) const WRITE_BIT: u64 = 1 << 14;
 const Q_SHIFT: u32 = 15;
 /// The quarantine bits.
 pub(crate) const Q_MASK: u64 = 0xFF << Q_SHIFT;
-pub(crate) const GEN_SHIFT: u32 = 23;
+/// The claim is a guard's (`LeaseGuard`): its single writer stages without setting WRITE,
+/// so whoever supersedes it must assume a write may be in flight.
+pub(crate) const PRIVATE_BIT: u64 = 1 << 23;
+pub(crate) const GEN_SHIFT: u32 = 24;
 /// Bits of the generation kept in the word (the full generation is `term`-relative).
 pub(crate) const GEN_BITS: u32 = 64 - GEN_SHIFT;
 pub(crate) const GEN_ONE: u64 = 1 << GEN_SHIFT;
@@ -80,6 +85,26 @@ impl Word {
     #[inline]
     pub(crate) fn writing(self) -> bool {
         self.0 & WRITE_BIT != 0
+    }
+
+    /// Whether a write of this claim may be in flight (WRITE, or a guard's claim).
+    #[inline]
+    pub(crate) fn may_be_writing(self) -> bool {
+        self.0 & (WRITE_BIT | PRIVATE_BIT) != 0
+    }
+
+    #[inline]
+    pub(crate) fn private(self) -> bool {
+        self.0 & PRIVATE_BIT != 0
+    }
+
+    #[inline]
+    pub(crate) fn with_private(self, on: bool) -> Word {
+        if on {
+            Word(self.0 | PRIVATE_BIT)
+        } else {
+            Word(self.0 & !PRIVATE_BIT)
+        }
     }
 
     #[inline]
@@ -157,10 +182,10 @@ impl Word {
     }
 
     /// Vacant, keeping the published buffer, generation and quarantine; no staging
-    /// buffer, no WRITE.
+    /// buffer, no WRITE, not private.
     #[inline]
     pub(crate) fn vacated(self) -> Word {
-        Word(self.0 & !(HOLDER_MASK | WRITE_BIT))
+        Word(self.0 & !(HOLDER_MASK | WRITE_BIT | PRIVATE_BIT))
             .with_holder(0)
             .with_stage(None)
     }

@@ -1,0 +1,377 @@
+//! RAII guards of the owner lease: [`LeaseGuard`] and [`OwnedLeaseGuard`].
+//!
+//! A guard is a claim with a single writer. Its claim word is marked PRIVATE (see
+//! `word.rs`): it publishes a write with one CAS (no WRITE bit), and whoever supersedes or
+//! releases it other than the guard itself quarantines its staging buffer. Guards claim
+//! through a slot of the identity table that the pid-based seed calls never match, and a
+//! guard's claim is never idempotent: a guard excludes every other holder, also of the
+//! same process and the same handle.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::file::{OwnerLease, from_words, to_words, words_for};
+use super::ident::pid_word;
+use super::state::{Claimant, Granted, WriteRefused};
+use super::word::Word;
+
+/// Why a guard operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardError {
+    /// The claim was lost: superseded (a stale-heartbeat takeover, or the holder's
+    /// process was judged dead) or released by someone else. `successor` is the fencing
+    /// token of the claim that holds the lease now, when one does.
+    #[error("the lease was lost{}", match .successor {
+        Some(t) => format!(" (now held with token {t})"),
+        None => String::new(),
+    })]
+    Lost {
+        /// Token of the current claim, if the lease is held.
+        successor: Option<u64>,
+    },
+    /// The payload may be inconsistent: this claim took over from a holder that died or
+    /// stalled in the middle of an update (as a robust mutex reports `EOWNERDEAD`).
+    /// `read` and `update` refuse until the guard writes a value or calls
+    /// `acknowledge_inconsistent`.
+    #[error(
+        "the payload may be inconsistent: the previous holder died or stalled mid-update; \
+         write a value or call acknowledge_inconsistent()"
+    )]
+    Inconsistent,
+    /// Every payload buffer is published, staged or in quarantine for a stalled writer
+    /// of an earlier claim (at most six); the write can succeed once one resumes or dies.
+    #[error("no payload buffer is free: stalled writers of earlier claims hold them")]
+    NoBuffer,
+    /// The backend failed (backends that can fail, such as etcd).
+    #[error("backend error: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The state of one guard's claim (not `Sync`: a guard has one writer at a time).
+#[derive(Debug)]
+struct Core {
+    /// The claim word as this guard last installed or published it.
+    last: Cell<u64>,
+    generation: u64,
+    torn: Cell<bool>,
+    done: Cell<bool>,
+}
+
+impl Core {
+    fn id(&self) -> u64 {
+        Word(self.last.get()).id()
+    }
+}
+
+/// Shared implementation of the two guard types over the lease they borrow or own.
+trait Holds<T> {
+    fn lease(&self) -> &OwnerLease<T>;
+    fn core(&self) -> &Core;
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    fn guard_claimant(&self) -> Option<Claimant> {
+        let pid = match self.guard.pid {
+            0 => cxc_mmf::identity::current_pid(),
+            p => p,
+        };
+        let holder = self.holder_as(pid_word(pid, true), true)?;
+        Some(Claimant {
+            holder,
+            pid,
+            private: true,
+        })
+    }
+
+    fn core_for(&self, g: Granted) -> Core {
+        Core {
+            last: Cell::new(g.word),
+            generation: self.state().full_generation(g.word),
+            torn: Cell::new(g.torn),
+            done: Cell::new(false),
+        }
+    }
+
+    fn try_core(&self) -> Option<Core> {
+        let me = self.guard_claimant()?;
+        let g = self.claim_as(me, self.guard.grace, false)?;
+        Some(self.core_for(g))
+    }
+
+    /// Blocks up to `timeout` (`None`: forever).
+    fn lock_core(&self, timeout: Option<Duration>) -> Option<Core> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match self.guard_claimant() {
+                Some(me) => {
+                    let g = self.acquire_as(me, self.guard.grace, left.unwrap_or(Duration::MAX));
+                    return g.map(|g| self.core_for(g));
+                }
+                // The identity table is full of live processes' slots: wait for one.
+                None if left == Some(Duration::ZERO) => return None,
+                None => std::thread::sleep(left.map_or(SLOT_POLL, |l| l.min(SLOT_POLL))),
+            }
+        }
+    }
+
+    /// Claims the lease if it is free (or its holder is dead, or stale by more than the
+    /// handle's grace), without blocking. `None` if another holder — another process,
+    /// another thread, or another guard of this very handle — has it.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let lease = cxc_sync::OwnerLease::builder(dir.path().join("l")).create(0u64).unwrap();
+    /// let guard = lease.try_lock().expect("free");
+    /// assert!(lease.try_lock().is_none(), "a guard excludes every other holder");
+    /// drop(guard);
+    /// assert!(lease.try_lock().is_some());
+    /// ```
+    pub fn try_lock(&self) -> Option<LeaseGuard<'_, T>> {
+        let core = self.try_core()?;
+        Some(LeaseGuard { lease: self, core })
+    }
+
+    /// Claims the lease, blocking until it is free (sleeping in the kernel), its holder
+    /// dies, or its holder's heartbeat is older than the grace.
+    pub fn lock(&self) -> LeaseGuard<'_, T> {
+        loop {
+            if let Some(core) = self.lock_core(None) {
+                return LeaseGuard { lease: self, core };
+            }
+        }
+    }
+
+    /// As [`lock`](Self::lock), giving up after `timeout`.
+    pub fn lock_timeout(&self, timeout: Duration) -> Option<LeaseGuard<'_, T>> {
+        let core = self.lock_core(Some(timeout))?;
+        Some(LeaseGuard { lease: self, core })
+    }
+
+    /// As [`try_lock`](Self::try_lock), for a guard that owns its `Arc` (to move into a
+    /// thread or task), as tokio's `acquire_owned`.
+    pub fn try_lock_owned(self: Arc<Self>) -> Option<OwnedLeaseGuard<T>> {
+        let core = self.try_core()?;
+        Some(OwnedLeaseGuard { lease: self, core })
+    }
+
+    /// As [`lock`](Self::lock), for a guard that owns its `Arc`.
+    pub fn lock_owned(self: Arc<Self>) -> OwnedLeaseGuard<T> {
+        loop {
+            if let Some(core) = self.lock_core(None) {
+                return OwnedLeaseGuard { lease: self, core };
+            }
+        }
+    }
+
+    fn lost(&self, core: &Core) -> GuardError {
+        let st = self.state();
+        let w = st.word();
+        let successor = (!w.is_vacant() && w.id() != core.id()).then(|| st.full_generation(w.0));
+        GuardError::Lost { successor }
+    }
+
+    fn g_read(&self, core: &Core) -> Result<T, GuardError> {
+        if core.torn.get() {
+            return Err(GuardError::Inconsistent);
+        }
+        let id = core.id();
+        let words = self
+            .state()
+            .read_if(words_for::<T>(), |w| w.id() == id)
+            .ok_or_else(|| self.lost(core))?;
+        from_words(&words).ok_or_else(|| self.lost(core))
+    }
+
+    fn g_write(&self, core: &Core, value: &T) -> Result<(), GuardError> {
+        match self
+            .state()
+            .write_private(core.id(), &to_words(value), words_for::<T>())
+        {
+            Ok(next) => {
+                core.last.set(next.0);
+                core.torn.set(false);
+                Ok(())
+            }
+            Err(WriteRefused::NoBuffer) => Err(GuardError::NoBuffer),
+            Err(_) => Err(self.lost(core)),
+        }
+    }
+
+    fn g_beat(&self, core: &Core) -> Result<(), GuardError> {
+        let id = core.id();
+        if self.state().beat_if(self.now(), |w| w.id() == id) {
+            Ok(())
+        } else {
+            Err(self.lost(core))
+        }
+    }
+
+    fn g_release(&self, core: &Core) -> Result<(), GuardError> {
+        if core.done.replace(true) {
+            return Ok(());
+        }
+        if self.state().release_private(Word(core.last.get())) {
+            Ok(())
+        } else {
+            Err(self.lost(core))
+        }
+    }
+}
+
+/// How often a guard waiting for a free identity slot looks again.
+const SLOT_POLL: Duration = Duration::from_millis(5);
+
+macro_rules! guard_methods {
+    () => {
+        /// The payload.
+        ///
+        /// # Errors
+        /// [`GuardError::Lost`] if the claim was lost; [`GuardError::Inconsistent`] if
+        /// this claim took over an interrupted update and has neither written nor
+        /// acknowledged it.
+        pub fn read(&self) -> Result<T, GuardError> {
+            self.lease().g_read(self.core())
+        }
+
+        /// Publishes `value` (one atomic step: a superseded guard never publishes).
+        ///
+        /// # Errors
+        /// [`GuardError::Lost`] if the claim was lost (nothing was published);
+        /// [`GuardError::NoBuffer`] if stalled writers hold every spare buffer.
+        pub fn write(&self, value: T) -> Result<(), GuardError> {
+            self.lease().g_write(self.core(), &value)
+        }
+
+        /// Reads, applies `f`, publishes.
+        ///
+        /// # Errors
+        /// As [`read`](Self::read) and [`write`](Self::write); nothing is published
+        /// on error.
+        pub fn update(&self, f: impl FnOnce(&mut T)) -> Result<(), GuardError> {
+            let mut v = self.read()?;
+            f(&mut v);
+            self.write(v)
+        }
+
+        /// The fencing token: strictly greater for every later claim of this lease.
+        pub fn token(&self) -> u64 {
+            self.core().generation
+        }
+
+        /// Refreshes the heartbeat (with clock epochs, a holder that stops beating for
+        /// longer than the grace is replaced).
+        ///
+        /// # Errors
+        /// [`GuardError::Lost`] if the claim was lost.
+        pub fn beat(&self) -> Result<(), GuardError> {
+            self.lease().g_beat(self.core())
+        }
+
+        /// Whether this guard's claim is still the current one.
+        pub fn is_current(&self) -> bool {
+            self.lease().state().word().id() == self.core().id()
+        }
+
+        /// Whether this claim took over an interrupted update (and has not written or
+        /// acknowledged it since).
+        pub fn payload_may_be_inconsistent(&self) -> bool {
+            self.core().torn.get()
+        }
+
+        /// Accepts the published payload after an interrupted update of the previous
+        /// holder (after checking or repairing it), so `read` no longer refuses.
+        pub fn acknowledge_inconsistent(&self) {
+            self.core().torn.set(false);
+        }
+
+        /// Releases the lease, reporting whether the claim was still held (dropping
+        /// the guard releases too, but cannot report a loss).
+        ///
+        /// # Errors
+        /// [`GuardError::Lost`] if the claim had already been lost.
+        pub fn unlock(self) -> Result<(), GuardError> {
+            self.lease().g_release(self.core())
+        }
+    };
+}
+
+/// A held [`OwnerLease`]: released when dropped. Created by [`OwnerLease::lock`],
+/// [`OwnerLease::try_lock`] and [`OwnerLease::lock_timeout`].
+///
+/// `Send` (when `T` is), not `Sync`: a guard has one writer at a time, which is what lets
+/// a write publish with one atomic step.
+#[must_use = "the lease is released when the guard is dropped"]
+pub struct LeaseGuard<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> {
+    lease: &'a OwnerLease<T>,
+    core: Core,
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Holds<T> for LeaseGuard<'_, T> {
+    fn lease(&self) -> &OwnerLease<T> {
+        self.lease
+    }
+    fn core(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> LeaseGuard<'_, T> {
+    guard_methods!();
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for LeaseGuard<'_, T> {
+    fn drop(&mut self) {
+        let _ = self.lease.g_release(&self.core);
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for LeaseGuard<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("path", &self.lease.path())
+            .field("token", &self.core.generation)
+            .finish()
+    }
+}
+
+/// A held [`OwnerLease`] that owns its `Arc`: released when dropped. Created by
+/// [`OwnerLease::lock_owned`] and [`OwnerLease::try_lock_owned`].
+#[must_use = "the lease is released when the guard is dropped"]
+pub struct OwnedLeaseGuard<T: FromBytes + IntoBytes + Immutable + KnownLayout> {
+    lease: Arc<OwnerLease<T>>,
+    core: Core,
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Holds<T> for OwnedLeaseGuard<T> {
+    fn lease(&self) -> &OwnerLease<T> {
+        &self.lease
+    }
+    fn core(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnedLeaseGuard<T> {
+    guard_methods!();
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for OwnedLeaseGuard<T> {
+    fn drop(&mut self) {
+        let _ = self.lease.g_release(&self.core);
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for OwnedLeaseGuard<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedLeaseGuard")
+            .field("path", &self.lease.path())
+            .field("token", &self.core.generation)
+            .finish()
+    }
+}
