@@ -81,8 +81,8 @@ pub struct OwnerLease<T> {
     preemption: Preemption,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     observed: AtomicBool,
-    /// The last claimant registered through this handle: `pid << 32 | holder`, valid
-    /// while `cache_ident` equals this process's identity (a forked child's differs).
+    /// The last claimant registered through this handle: `pid word << 8 | holder`, valid
+    /// while `cache_ident` is this process's pid (a forked child's differs).
     cache: AtomicU64,
     cache_ident: AtomicU64,
     /// Identity slots this handle pinned (bit `holder - 1`), unpinned on drop.
@@ -427,12 +427,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     fn cached_holder(&self, pid: u64) -> Option<u8> {
         use std::sync::atomic::Ordering as O;
-        let me = Identity::current().unique;
-        if self.cache_ident.load(O::Acquire) != me || me == 0 {
+        // Keyed by this process's pid (cached in a wipe-on-fork page, no system call): a
+        // forked child has another pid, so it misses and registers its own slot.
+        let me = u64::from(cxc_mmf::identity::current_pid());
+        if self.cache_ident.load(O::Acquire) != me {
             return None;
         }
         let c = self.cache.load(O::Acquire);
-        // SYNC: handle cache. Pairs with the stores in `holder_slow`.
+        // SYNC: handle cache. Pairs with the stores in `holder_slow`: `cache_ident` is
+        // zeroed before `cache` changes and set after, so equal loads around it mean
+        // `cache` was filled by this process.
         if self.cache_ident.load(O::Acquire) != me || c >> 8 != pid {
             return None;
         }
@@ -472,8 +476,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // Pin the slot for this handle's lifetime, so this process never frees a slot a
         // handle may still use (a forked child's pins are its parent's: start afresh).
         let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
-        if self.cache_ident.load(O::Acquire) != me.unique && self.cache_ident.load(O::Acquire) != 0
-        {
+        let filled_by = self.cache_ident.load(O::Acquire);
+        if filled_by != u64::from(me.pid) && filled_by != 0 {
             *pinned = 0;
         }
         let bit = 1u64 << (h - 1);
@@ -484,7 +488,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.cache_ident.store(0, O::Relaxed);
         std::sync::atomic::fence(O::Release);
         self.cache.store(pid << 8 | u64::from(h), O::Relaxed);
-        self.cache_ident.store(me.unique, O::Release);
+        self.cache_ident.store(u64::from(me.pid), O::Release);
         Some(h)
     }
 
