@@ -96,6 +96,21 @@ pub(super) fn facts() -> Facts {
     facts_slow()
 }
 
+/// This process's pid alone: two loads once warm (the hot paths of the primitives key
+/// their per-handle caches by it).
+#[inline]
+pub(super) fn pid() -> u32 {
+    let p = PAGE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: as in `facts`.
+        let pid = unsafe { &*p }.pid.load(Ordering::Acquire);
+        if pid != 0 {
+            return pid as u32;
+        }
+    }
+    facts_slow().pid
+}
+
 #[cold]
 fn facts_slow() -> Facts {
     let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;

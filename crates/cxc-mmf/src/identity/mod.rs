@@ -311,7 +311,7 @@ pub fn boot() -> u64 {
 /// This process's pid, cached (correct after `fork`), without a system call once warm.
 #[inline]
 pub fn current_pid() -> u32 {
-    cache::facts().pid
+    cache::pid()
 }
 
 /// This process's start time in clock ticks since boot (0 if unknown), cached; the

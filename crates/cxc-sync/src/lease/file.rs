@@ -26,6 +26,9 @@ use crate::epoch::{EpochClock, EpochMode};
 use crate::liveness::Liveness;
 use crate::primitive::{Ordering, fence};
 
+/// The pid word (a pid, and the guard flag) as kept in the handle's cache.
+const PID_WORD_MASK: u64 = (1 << 33) - 1;
+
 /// Size of the lease's fixed block in the file.
 const HEAD_SIZE: u32 = size_of::<LeaseState>() as u32;
 /// How often a blocked `acquire` re-checks staleness and holder death while asleep, when
@@ -81,10 +84,10 @@ pub struct OwnerLease<T> {
     preemption: Preemption,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     observed: AtomicBool,
-    /// The last claimant registered through this handle: `pid word << 8 | holder`, valid
-    /// while `cache_ident` is this process's pid (a forked child's differs).
+    /// The last claimant registered through this handle: `process pid << 41 | pid word
+    /// << 8 | holder`, valid while the process pid is this process's (a forked child's
+    /// differs).
     cache: AtomicU64,
-    cache_ident: AtomicU64,
     /// Identity slots this handle pinned (bit `holder - 1`), unpinned on drop.
     pinned: std::sync::Mutex<u64>,
     /// Guards' settings: the grace in epochs and the pid their slot names.
@@ -378,7 +381,6 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             preemption,
             observed: AtomicBool::new(false),
             cache: AtomicU64::new(0),
-            cache_ident: AtomicU64::new(0),
             pinned: std::sync::Mutex::new(0),
             guard: super::builder::GuardSettings::for_mode(epoch),
             _payload: PhantomData,
@@ -426,18 +428,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// cache. `None` on a miss (another pid, never registered, or a forked child).
     #[inline]
     fn cached_holder(&self, pid: u64) -> Option<u8> {
-        use std::sync::atomic::Ordering as O;
-        // Keyed by this process's pid (cached in a wipe-on-fork page, no system call): a
-        // forked child has another pid, so it misses and registers its own slot.
+        // One word: `process pid << 41 | pid word << 8 | holder`. Keyed by this process's
+        // pid (cached in a wipe-on-fork page, no system call): a forked child has another
+        // pid, so it misses and registers its own slot. Linux pids fit in 22 bits.
         let me = u64::from(cxc_mmf::identity::current_pid());
-        if self.cache_ident.load(O::Acquire) != me {
-            return None;
-        }
-        let c = self.cache.load(O::Acquire);
-        // SYNC: handle cache. Pairs with the stores in `holder_slow`: `cache_ident` is
-        // zeroed before `cache` changes and set after, so equal loads around it mean
-        // `cache` was filled by this process.
-        if self.cache_ident.load(O::Acquire) != me || c >> 8 != pid {
+        let c = self.cache.load(std::sync::atomic::Ordering::Acquire);
+        if c >> 41 != me || (c >> 8) & PID_WORD_MASK != pid {
             return None;
         }
         Some(c as u8).filter(|h| *h != 0)
@@ -476,7 +472,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // Pin the slot for this handle's lifetime, so this process never frees a slot a
         // handle may still use (a forked child's pins are its parent's: start afresh).
         let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
-        let filled_by = self.cache_ident.load(O::Acquire);
+        let filled_by = self.cache.load(O::Acquire) >> 41;
         if filled_by != u64::from(me.pid) && filled_by != 0 {
             *pinned = 0;
         }
@@ -485,10 +481,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             st.pin(h);
             *pinned |= bit;
         }
-        self.cache_ident.store(0, O::Relaxed);
-        std::sync::atomic::fence(O::Release);
-        self.cache.store(pid << 8 | u64::from(h), O::Relaxed);
-        self.cache_ident.store(u64::from(me.pid), O::Release);
+        if u64::from(me.pid) < 1 << 23 {
+            self.cache.store(
+                u64::from(me.pid) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h),
+                O::Release,
+            );
+        }
         Some(h)
     }
 
