@@ -72,6 +72,19 @@ pub struct Expect<'a> {
     pub check_params: &'a dyn Fn(&[u64; 4]) -> Result<(), MmfError>,
 }
 
+impl std::fmt::Debug for Expect<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expect")
+            .field("kind", &self.kind)
+            .field("head_size", &self.head_size)
+            .field("slot_size", &self.slot_size)
+            .field("capacity", &self.capacity)
+            .field("max_capacity", &self.max_capacity)
+            .field("payload", &self.payload)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Whether `create_or_open` made the file or found it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
