@@ -1744,3 +1744,156 @@ fn token_inherited_across_fork_never_publishes_after_dead_takeover() {
         corrupted.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 10. A lower pid never preempts a live writer mid-write (but a stale one is superseded).
+// ---------------------------------------------------------------------------------------
+
+const T10: &str = "lower_pid_never_preempts_a_live_writer_mid_write";
+
+fn role_slowcloser() {
+    let lease = open(&path_arg("path"));
+    let pid = me();
+    let r = lease.with_lease(pid, BIG, |v| {
+        report("inside");
+        std::thread::sleep(Duration::from_millis(300));
+        *v = [55; 6];
+    });
+    report(format!("published={}", r.is_some()));
+    slow_wait(&path_arg("stop"), CHILD_PATIENCE);
+}
+
+#[test]
+fn lower_pid_never_preempts_a_live_writer_mid_write() {
+    match role().as_deref() {
+        Some("slowcloser") => return role_slowcloser(),
+        Some(other) => panic!("unknown role {other}"),
+        None => {}
+    }
+    let _serial = serial();
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("lease");
+    let stop = dir.path().join("stop");
+    // Seed defaults: a lower pid preempts, manual epochs.
+    let lease = OwnerLease::<P>::create(&path, [0; 6]).expect("create");
+    // Claims for pid 1 (lower than any child's), made by this process.
+    let low = 1;
+    let grace = 10;
+    let mut a = RoleCommand::new(T10, "slowcloser")
+        .arg("path", &path)
+        .arg("stop", &stop)
+        .spawn();
+    assert_eq!(a.next_report(REPORT_WAIT), "inside");
+    assert!(a.pid() > low);
+    let until = Instant::now() + Duration::from_millis(150);
+    let mut tries = 0;
+    while Instant::now() < until {
+        assert!(
+            !lease.try_acquire(low, grace),
+            "a lower pid preempted a live writer inside with_lease"
+        );
+        tries += 1;
+        assert_eq!(lease.current_owner(), Some(a.pid()));
+    }
+    let r = a.next_report(REPORT_WAIT);
+    assert!(
+        flag(&r, "published"),
+        "the live writer's with_lease failed: {r}"
+    );
+    assert_eq!(lease.status().payload_words, [55; 6]);
+    // A stale writer (heartbeat older than the grace) is superseded, and never publishes.
+    let mut b = RoleCommand::new(T10, "slowcloser")
+        .arg("path", &path)
+        .arg("stop", &stop)
+        .spawn();
+    lease.write_as_owner(low, [0; 6]); // not the holder: refused, changes nothing
+    assert_eq!(b.next_report(REPORT_WAIT), "inside");
+    for _ in 0..=grace {
+        lease.tick_epoch();
+    }
+    let claim = lease
+        .try_claim(low, grace)
+        .expect("a stale writer is superseded");
+    assert!(claim.payload_may_be_inconsistent());
+    assert!(lease.write_claimed(&claim, [56; 6]));
+    let r = b.next_report(REPORT_WAIT);
+    assert!(
+        !flag(&r, "published"),
+        "a superseded with_lease published: {r}"
+    );
+    assert_eq!(lease.read_claimed(&claim), Some([56; 6]));
+    assert!(lease.release_claim(&claim));
+    touch(&stop);
+    a.finish(REPORT_WAIT);
+    b.finish(REPORT_WAIT);
+    println!(
+        "scenario 10: {tries} preemption attempts refused during a live write; stale writer \
+         superseded; {:?}",
+        started.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 3b. The mirror of 3: the process whose pid the claim names dies, the claimer lives.
+// ---------------------------------------------------------------------------------------
+
+const T3B: &str = "claim_for_another_pid_survives_that_pids_death";
+
+#[test]
+fn claim_for_another_pid_survives_that_pids_death() {
+    match role().as_deref() {
+        Some("bystander") => return role_bystander(),
+        Some("foreign") => return role_foreign(),
+        Some(other) => panic!("unknown role {other}"),
+        None => {}
+    }
+    let _serial = serial();
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("lease");
+    let stop = dir.path().join("stop");
+    let lease = OwnerLease::<P>::create_with(&path, [0; 6], &never()).expect("create");
+    let pid = me();
+    let mut b = RoleCommand::new(T3B, "bystander")
+        .arg("stop", &stop)
+        .spawn();
+    assert_eq!(b.next_report(REPORT_WAIT), "ready");
+    let bpid = b.pid();
+    let mut a = RoleCommand::new(T3B, "foreign")
+        .arg("path", &path)
+        .arg("b", bpid.to_string())
+        .spawn();
+    a.next_report(REPORT_WAIT);
+    assert_eq!(a.next_report(REPORT_WAIT), "inside");
+    assert_eq!(lease.current_owner(), Some(bpid));
+    // B (whose pid the claim names) dies; A (which made the claim and is writing) lives.
+    b.kill();
+    assert!(
+        !lease.try_acquire(pid, BIG),
+        "a live writer's claim was taken because the pid it names died"
+    );
+    assert!(
+        lease
+            .acquire(pid, BIG, Duration::from_millis(300))
+            .is_none(),
+        "a live writer's claim was taken because the pid it names died"
+    );
+    assert!(lease.status().writing);
+    // Now A dies: taken over at once.
+    a.kill();
+    let t = Instant::now();
+    let claim = lease
+        .acquire(pid, BIG, Duration::from_secs(2))
+        .expect("the dead claimer's claim is taken over");
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(claim.payload_may_be_inconsistent());
+    assert_eq!(lease.read_claimed(&claim), Some([7; 6]));
+    assert!(lease.release_claim(&claim));
+    println!(
+        "scenario 3b: claim survived the named pid's death; taken {took:?} after the \
+         claimer's; {:?}",
+        started.elapsed()
+    );
+}
