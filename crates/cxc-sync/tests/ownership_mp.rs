@@ -1124,9 +1124,6 @@ fn stopped_writer_is_replaced_and_never_published() {
 }
 
 #[test]
-#[ignore = "BUG: a stale writer's quarantined buffer is never freed by the writer once the \
-            generation crossed a 2^16 term checkpoint (its quarantine tag is recomputed \
-            against the newer term and no longer matches)"]
 fn stopped_writer_buffer_freed_across_generation_checkpoint() {
     match role().as_deref() {
         Some("stopwriter") => return role_stopwriter(),
@@ -1373,6 +1370,16 @@ fn pid_reuse_parent(test: &str, fallback: bool) -> Option<String> {
         !flag(&r, "am_owner_before"),
         "a new process with a reused pid was told it owns the dead holder's claim: {r}"
     );
+    if fallback {
+        // Here (fallback path, the namespace's /proc not mounted) no identity is known:
+        // the dead holder cannot be proven dead, so it is neither inherited nor taken
+        // over at once; only its heartbeat can fail it over (docs/owner-lease.md).
+        assert!(
+            !flag(&r, "claimed"),
+            "an unknown identity was taken over or inherited: {r}"
+        );
+        return Some(r);
+    }
     assert!(flag(&r, "claimed"), "the taker could not claim: {r}");
     assert_eq!(
         num(&r, "gen"),
@@ -1399,10 +1406,6 @@ fn pid_reuse_in_pid_namespace_is_a_takeover() {
 }
 
 #[test]
-#[ignore = "BUG: on the fallback identity path in a pid namespace whose /proc is not \
-            mounted, identities are unknown (unique = 0) and compare equal, so a new process \
-            with a reused pid is handed the dead holder's claim (same generation, torn flag \
-            lost, its writes refused as busy)"]
 fn pid_reuse_in_pid_namespace_fallback_identity() {
     if ns_role(T9B) {
         return;
@@ -1438,8 +1441,6 @@ fn role_restall() {
 }
 
 #[test]
-#[ignore = "BUG: stale writers' quarantined buffers leak across 2^16 term checkpoints; after \
-            seven such stalls of one live process every write of every holder fails (no_buffer)"]
 fn repeated_stalls_across_checkpoints_keep_writes_working() {
     match role().as_deref() {
         Some("restall") => return role_restall(),
@@ -1519,9 +1520,6 @@ fn repeated_stalls_across_checkpoints_keep_writes_working() {
 const T4C: &str = "dead_holder_in_full_table_is_replaced_by_a_newcomer";
 
 #[test]
-#[ignore = "BUG: when the identity table is full and one slot belongs to a holder the OS \
-            proves dead, a process without a slot can never replace that holder (L5): the \
-            dead holder's slot is pinned by the claim word it still names"]
 fn dead_holder_in_full_table_is_replaced_by_a_newcomer() {
     match role().as_deref() {
         Some("slot_user") => return role_slot_user(),
@@ -1585,8 +1583,6 @@ fn dead_holder_in_full_table_is_replaced_by_a_newcomer() {
 const T4D: &str = "acquire_without_a_slot_waits_for_its_timeout";
 
 #[test]
-#[ignore = "BUG: `acquire` returns None at once (not at its timeout) when the identity table \
-            has no slot for the caller, so a retry loop around it spins hot"]
 fn acquire_without_a_slot_waits_for_its_timeout() {
     match role().as_deref() {
         Some("slot_user") => return role_slot_user(),
@@ -1665,18 +1661,10 @@ fn role_forkwriter() {
     std::thread::sleep(CHILD_PATIENCE);
 }
 
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|t| t.trim_start().starts_with('T'))
-    })
-}
-
+/// A claim token copied into a forked child belongs to the parent: every token call of
+/// the child (write, beat, release, read) is refused, so nothing it writes can be
+/// published, also after the parent dies and its claim is taken over as dead.
 #[test]
-#[ignore = "BUG: a forked child writing with a claim token it inherited is not covered by the \
-            Dead takeover: when the claiming process dies, its buffer is not quarantined and \
-            the child's stale bytes land in the new holder's published payload"]
 fn token_inherited_across_fork_never_publishes_after_dead_takeover() {
     match role().as_deref() {
         Some("forkwriter") => return role_forkwriter(),
@@ -1684,65 +1672,37 @@ fn token_inherited_across_fork_never_publishes_after_dead_takeover() {
         None => {}
     }
     let _serial = serial();
-    let started = Instant::now();
     let pid = me();
-    let mut corrupted = Vec::new();
-    let attempts = 12;
-    for attempt in 0..attempts {
+    for attempt in 0..3 {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("lease");
         let lease = OwnerLease::<P>::create_with(&path, [0; 6], &never()).expect("create");
         let mut forker = RoleCommand::new(T7B, "forkwriter")
             .arg("dir", dir.path())
             .spawn();
-        let gc = u32::try_from(num(&forker.next_report(REPORT_WAIT), "gc_pid")).expect("pid");
-        // Stop the forked child while a write of it is in flight.
-        let mut caught = false;
-        for _ in 0..500 {
-            signal_pid(gc, libc::SIGSTOP);
-            wait_until(Duration::from_millis(200), || is_stopped(gc));
-            if lease.status().writing {
-                caught = true;
-                break;
-            }
-            signal_pid(gc, libc::SIGCONT);
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        assert!(
-            caught,
-            "attempt {attempt}: never caught the forked child mid-write"
+        let _gc = num(&forker.next_report(REPORT_WAIT), "gc_pid");
+        let failed = num(&forker.next_report(REPORT_WAIT), "gc_failed");
+        assert_eq!(
+            failed,
+            CHILD_TAG | 1,
+            "attempt {attempt}: the forked child's first write with the inherited token was accepted"
         );
+        assert_eq!(lease.status().payload_words, [11; 6], "attempt {attempt}");
         // The claiming process dies: its claim is taken over as dead.
         forker.kill();
         let claim = lease
             .acquire(pid, BIG, Duration::from_secs(2))
             .expect("the dead forker's claim is taken over");
+        assert_eq!(lease.read_claimed(&claim), Some([11; 6]));
         assert!(lease.write_claimed(&claim, [1; 6]));
-        assert_eq!(lease.read_claimed(&claim), Some([1; 6]));
-        signal_pid(gc, libc::SIGCONT);
-        let fin = forker.next_report(REPORT_WAIT);
-        assert!(fin.starts_with("gc_failed="), "{fin}");
-        std::thread::sleep(Duration::from_millis(5));
-        let seen = lease.status().payload_words;
-        let read = lease.read_claimed(&claim);
-        signal_pid(gc, libc::SIGKILL);
-        if seen != [1; 6] || read != Some([1; 6]) {
-            corrupted.push(format!(
-                "attempt {attempt}: published {seen:x?}, read_claimed {read:x?} (forked child \
-                 was writing {fin})"
-            ));
-        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            lease.read_claimed(&claim),
+            Some([1; 6]),
+            "attempt {attempt}"
+        );
+        assert!(lease.release_claim(&claim));
     }
-    println!(
-        "scenario 7b: {} of {attempts} attempts exposed the forked child's bytes; {:?}",
-        corrupted.len(),
-        started.elapsed()
-    );
-    assert!(
-        corrupted.is_empty(),
-        "bytes of a superseded writer became visible:\n{}",
-        corrupted.join("\n")
-    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ pub struct LeaseClaim {
     pub(crate) id: u64,
     /// The pid the claim was made for.
     pub(crate) pid: u32,
+    /// The pid of the process that made the claim: only that process may write, beat or
+    /// release with it (a copy in a forked child, or a token read by another process
+    /// through `current_claim`, can only be checked with `is_current`).
+    pub(crate) proc: u32,
     /// Full 64-bit generation.
     pub(crate) generation: u64,
     /// Whether the previous holder died in the middle of an update.

@@ -26,6 +26,12 @@ use crate::epoch::{EpochClock, EpochMode};
 use crate::liveness::Liveness;
 use crate::primitive::{Ordering, fence};
 
+/// This process's pid (cached; a forked child's is its own).
+#[inline]
+pub(super) fn my_proc() -> u32 {
+    cxc_mmf::identity::current_pid()
+}
+
 /// The pid word (a pid, and the guard flag) as kept in the handle's cache.
 const PID_WORD_MASK: u64 = (1 << 33) - 1;
 
@@ -39,6 +45,8 @@ const FIRST_NAP: Duration = Duration::from_millis(1);
 /// The re-check interval while a death watcher covers the holder (its death wakes us at
 /// once; this only bounds how late a stale heartbeat is noticed).
 const WATCHED_POLL: Duration = Duration::from_millis(25);
+/// How often a claimant waiting for a free identity slot looks again.
+pub(super) const SLOT_POLL: Duration = Duration::from_millis(5);
 /// Claim attempts spent spinning before a blocked `acquire` sleeps in the kernel.
 const SPIN_BEFORE_PARK: u32 = 64;
 
@@ -465,7 +473,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let h = if register {
-            st.register(pid, &me)?
+            match st.register(pid, &me) {
+                Some(h) => h,
+                // The table is full: if the holder is dead, vacate its claim so that its
+                // slot is free, and try once more (a dead holder never wedges the lease).
+                None if st.vacate_dead_holder() => st.register(pid, &me)?,
+                None => return None,
+            }
         } else {
             st.lookup(pid, &me)?
         };
@@ -556,7 +570,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     pub fn try_claim(&self, my_pid: u32, grace: u64) -> Option<LeaseClaim> {
         self.claim_now(my_pid, grace, false)
-            .map(|g| self.state().claim_for(g.word, g.torn))
+            .map(|g| self.state().claim_for(g.word, g.torn, my_proc()))
     }
 
     /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
@@ -565,14 +579,36 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// thread holds a pidfd of the holder and wakes it when the holder's process exits)
     /// for a stale heartbeat or a dead holder, so a crashed holder is replaced promptly.
     pub fn acquire(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
-        let holder = self.holder(my_pid, true)?;
+        let holder = self.holder_waiting(pid_word(my_pid, false), timeout)?;
         let me = Claimant {
             holder,
             pid: my_pid,
             private: false,
         };
         self.acquire_as(me, grace, timeout)
-            .map(|g| self.state().claim_for(g.word, g.torn))
+            .map(|g| self.state().claim_for(g.word, g.torn, my_proc()))
+    }
+
+    /// The holder value for `pid`, waiting up to `timeout` for a free identity slot when
+    /// the table is full (every slot held by a live process).
+    pub(super) fn holder_waiting(&self, pid: u64, timeout: Duration) -> Option<u8> {
+        if let Some(h) = self.holder_as(pid, true) {
+            return Some(h);
+        }
+        if pid as u32 == 0 {
+            return None;
+        }
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return None;
+            }
+            std::thread::sleep(left.map_or(SLOT_POLL, |l| l.min(SLOT_POLL)));
+            if let Some(h) = self.holder_as(pid, true) {
+                return Some(h);
+            }
+        }
     }
 
     /// The blocking claim behind [`acquire`](Self::acquire) and the guards' `lock`.
@@ -747,10 +783,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     /// Releases `claim` if it is still the current claim; a stale claim never clears a
-    /// newer one.
+    /// newer one. Only the process that made the claim can use it (`false` in a forked
+    /// child, or for a token of another process's claim from `current_claim`).
     #[inline]
     pub fn release_claim(&self, claim: &LeaseClaim) -> bool {
-        let ok = self.state().release_id(claim.id);
+        let ok = claim.proc == my_proc() && self.state().release_id(claim.id);
         self.note(
             if ok {
                 OpCode::LeaseRelease
@@ -794,7 +831,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 if !self.held_as(cur, my_pid) {
                     return None;
                 }
-                let claim = st.claim_for(cur.0, false);
+                let claim = st.claim_for(cur.0, false, my_proc());
                 let mut value = self.read_claimed(&claim)?;
                 let r = f(&mut value);
                 self.write_claimed(&claim, value).then_some(r)
@@ -812,9 +849,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         from_words(&words)
     }
 
-    /// The payload, if `claim` is still current.
+    /// The payload, if `claim` is still current (and this process made it).
     #[inline]
     pub fn read_claimed(&self, claim: &LeaseClaim) -> Option<T> {
+        if claim.proc != my_proc() {
+            return None;
+        }
         let words = self
             .state()
             .read_if(words_for::<T>(), |w| w.id() == claim.id)?;
@@ -835,11 +875,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             .is_ok()
     }
 
-    /// Writes the payload if `claim` is still current (fenced). `false` also when every
+    /// Writes the payload if `claim` is still current and this process made it (fenced).
+    /// `false` also when every
     /// payload buffer is held in quarantine by stalled writers of earlier claims
     /// (counter `no_buffer`; see `docs/owner-lease.md`).
     #[inline]
     pub fn write_claimed(&self, claim: &LeaseClaim, value: T) -> bool {
+        if claim.proc != my_proc() {
+            return false;
+        }
         let r = self
             .state()
             .write_if(&to_words(&value), words_for::<T>(), |w| w.id() == claim.id);
@@ -859,10 +903,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.state().beat_if(self.now(), |w| w.holder() == holder)
     }
 
-    /// Refreshes the heartbeat if `claim` is still current.
+    /// Refreshes the heartbeat if `claim` is still current (and this process made it).
     #[inline]
     pub fn beat_claimed(&self, claim: &LeaseClaim) -> bool {
-        let ok = self.state().beat_if(self.now(), |w| w.id() == claim.id);
+        let ok =
+            claim.proc == my_proc() && self.state().beat_if(self.now(), |w| w.id() == claim.id);
         if !ok {
             self.note(OpCode::LeaseLossDetected, 0, claim.generation);
         }
@@ -899,7 +944,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     pub fn current_claim(&self) -> Option<LeaseClaim> {
         let st = self.state();
         let cur = st.word();
-        (!cur.is_vacant()).then(|| st.claim_for(cur.0, st.torn.load(Ordering::Acquire) == cur.id()))
+        (!cur.is_vacant()).then(|| {
+            let torn = st.torn.load(Ordering::Acquire) == cur.id();
+            let proc = st.holder_identity(cur).map_or(0, |id| id.pid);
+            st.claim_for(cur.0, torn, proc)
+        })
     }
 
     /// Seed API: whether `my_pid`, claimed through this process, holds the lease (one

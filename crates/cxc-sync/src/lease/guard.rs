@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::file::{OwnerLease, from_words, to_words, words_for};
+use super::file::{OwnerLease, from_words, my_proc, to_words, words_for};
 use super::ident::pid_word;
 use super::state::{Claimant, Granted, WriteRefused};
 use super::word::Word;
@@ -59,6 +59,8 @@ struct Core {
     generation: u64,
     torn: Cell<bool>,
     done: Cell<bool>,
+    /// The process that made the claim: a guard copied into a forked child is inert.
+    proc: u32,
 }
 
 impl Core {
@@ -93,6 +95,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             generation: self.state().full_generation(g.word),
             torn: Cell::new(g.torn),
             done: Cell::new(false),
+            proc: my_proc(),
         }
     }
 
@@ -104,19 +107,21 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     /// Blocks up to `timeout` (`None`: forever).
     fn lock_core(&self, timeout: Option<Duration>) -> Option<Core> {
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match self.guard_claimant() {
-                Some(me) => {
-                    let g = self.acquire_as(me, self.guard.grace, left.unwrap_or(Duration::MAX));
-                    return g.map(|g| self.core_for(g));
-                }
-                // The identity table is full of live processes' slots: wait for one.
-                None if left == Some(Duration::ZERO) => return None,
-                None => std::thread::sleep(left.map_or(SLOT_POLL, |l| l.min(SLOT_POLL))),
-            }
-        }
+        let pid = match self.guard.pid {
+            0 => my_proc(),
+            p => p,
+        };
+        let started = Instant::now();
+        let t = timeout.unwrap_or(Duration::MAX);
+        let holder = self.holder_waiting(pid_word(pid, true), t)?;
+        let me = Claimant {
+            holder,
+            pid,
+            private: true,
+        };
+        let left = t.saturating_sub(started.elapsed());
+        let g = self.acquire_as(me, self.guard.grace, left)?;
+        Some(self.core_for(g))
     }
 
     /// Claims the lease if it is free (or its holder is dead, or stale by more than the
@@ -177,6 +182,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     fn g_read(&self, core: &Core) -> Result<T, GuardError> {
+        if core.proc != my_proc() {
+            return Err(self.lost(core));
+        }
         if core.torn.get() {
             return Err(GuardError::Inconsistent);
         }
@@ -189,6 +197,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     fn g_write(&self, core: &Core, value: &T) -> Result<(), GuardError> {
+        if core.proc != my_proc() {
+            return Err(self.lost(core));
+        }
         match self
             .state()
             .write_private(core.id(), &to_words(value), words_for::<T>())
@@ -205,7 +216,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     fn g_beat(&self, core: &Core) -> Result<(), GuardError> {
         let id = core.id();
-        if self.state().beat_if(self.now(), |w| w.id() == id) {
+        if core.proc == my_proc() && self.state().beat_if(self.now(), |w| w.id() == id) {
             Ok(())
         } else {
             Err(self.lost(core))
@@ -216,6 +227,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if core.done.replace(true) {
             return Ok(());
         }
+        if core.proc != my_proc() {
+            // A copy in a forked child: the claim is the parent's.
+            return Err(self.lost(core));
+        }
         if self.state().release_private(Word(core.last.get())) {
             Ok(())
         } else {
@@ -223,9 +238,6 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
     }
 }
-
-/// How often a guard waiting for a free identity slot looks again.
-const SLOT_POLL: Duration = Duration::from_millis(5);
 
 macro_rules! guard_methods {
     () => {
@@ -276,6 +288,7 @@ macro_rules! guard_methods {
         /// Whether this guard's claim is still the current one.
         pub fn is_current(&self) -> bool {
             self.lease().state().word().id() == self.core().id()
+                && self.core().proc == super::file::my_proc()
         }
 
         /// Whether this claim took over an interrupted update (and has not written or

@@ -34,6 +34,18 @@ const VERSION_ONE: u64 = 4;
 /// Pid-word flag of a slot used by guards (`LeaseGuard`), which pid calls never match.
 pub(crate) const PRIVATE_SLOT: u64 = 1 << 32;
 
+/// Whether `id` names one process (an unknown identity must never match another).
+fn known(id: &Identity) -> bool {
+    #[cfg(cxc_loom)]
+    {
+        id.pid != 0 && id.unique != 0
+    }
+    #[cfg(not(cxc_loom))]
+    {
+        id.is_known()
+    }
+}
+
 /// The pid word of a slot for `pid` (guards: `private`).
 pub(crate) fn pid_word(pid: u32, private: bool) -> u64 {
     u64::from(pid) | if private { PRIVATE_SLOT } else { 0 }
@@ -107,11 +119,10 @@ impl LeaseState {
         if pid as u32 == 0 {
             return None;
         }
-        // 1. Already registered.
-        for (i, slot) in self.idents.iter().enumerate() {
-            if slot.read() == Some((pid, *me)) {
-                return Some(i as u8 + 1);
-            }
+        // 1. Already registered (never for an unknown identity: two processes whose
+        // identities are both unknown must not share a slot).
+        if let Some(h) = self.lookup(pid, me) {
+            return Some(h);
         }
         // 2. A free slot.
         for (i, slot) in self.idents.iter().enumerate() {
@@ -156,6 +167,9 @@ impl LeaseState {
 
     /// The slot registered by `me` for `pid`, if any (no registration).
     pub(crate) fn lookup(&self, pid: u64, me: &Identity) -> Option<u8> {
+        if !known(me) {
+            return None;
+        }
         self.idents
             .iter()
             .position(|s| s.read() == Some((pid, *me)))

@@ -64,7 +64,7 @@ fn claim_judged(
         private: false,
     };
     s.try_claim(policy, me, grace, now, judge, write)
-        .map(|g| (s.claim_for(g.word, g.torn), g.word))
+        .map(|g| (s.claim_for(g.word, g.torn, pid), g.word))
 }
 
 /// The OS says pid 20 is dead (it was killed); everyone else is unidentified.

@@ -41,6 +41,10 @@ pub(crate) const PAYLOAD_WORDS: usize = 6;
 /// Maximum payload size in bytes.
 pub const PAYLOAD_BYTES: usize = PAYLOAD_WORDS * 8;
 
+/// `torn` value meaning: the claim that follows the vacant word of this generation (low
+/// bits) inherits an interrupted update (see `vacate_dead_holder`).
+pub(crate) const TORN_NEXT: u64 = 1 << 63;
+
 /// How long a preempting or stale-taking claimant waits for an in-flight write of a live
 /// holder to finish before it supersedes the writer (quarantining its buffer).
 #[cfg(not(cxc_loom))]
@@ -303,10 +307,13 @@ impl LeaseState {
         t.wrapping_add(low.wrapping_sub(t) & (GEN_MOD - 1))
     }
 
-    pub(crate) fn claim_for(&self, word: u64, inherited_torn: bool) -> LeaseClaim {
+    /// The claim `word` as a token of the process with pid `proc` (the caller's own
+    /// pid for claims it made; the holder's for a claim it only observes).
+    pub(crate) fn claim_for(&self, word: u64, inherited_torn: bool, proc: u32) -> LeaseClaim {
         LeaseClaim {
             id: word & ID_MASK,
             pid: self.holder_pid(Word(word)),
+            proc,
             generation: self.full_generation(word),
             inherited_torn,
         }
@@ -330,6 +337,7 @@ impl LeaseState {
         if cur.is_vacant()
             && me.holder != 0
             && self.heartbeat.load(Ordering::Relaxed) >= now
+            && self.torn.load(Ordering::Relaxed) & TORN_NEXT == 0
             && let Some(stage) = cur.free_buffer()
         {
             let next = cur
@@ -411,6 +419,11 @@ impl LeaseState {
             };
             let mut next = cur;
             let mut torn = cur.writing();
+            if cur.is_vacant() {
+                // A dead holder's claim vacated mid-update (`vacate_dead_holder`): the next
+                // claim inherits the torn flag.
+                torn = self.torn.load(Ordering::Acquire) == TORN_NEXT | cur.gen_low();
+            }
             if cur.may_be_writing() {
                 // A write may be in flight: WRITE is set, or the holder is a guard (whose
                 // single writer stages without WRITE). A writer the OS proves dead can
@@ -504,7 +517,41 @@ impl LeaseState {
         if torn {
             self.torn.store(word.id(), Ordering::Release);
             self.bump(counter::TORN_INHERITED, 1);
+        } else if self.torn.load(Ordering::Relaxed) & TORN_NEXT != 0 {
+            // A marker for a vacant word that another claim went past: stale.
+            self.torn.store(0, Ordering::Release);
         }
+    }
+
+    /// Vacates the current claim if the OS proves its holder's whole process gone, so
+    /// that its identity slot is no longer referenced and can be reused by a claimant
+    /// that found the identity table full. An interrupted update is passed on to the next
+    /// claim (`TORN_NEXT`). Returns whether it vacated.
+    #[cold]
+    pub(crate) fn vacate_dead_holder(&self) -> bool {
+        let cur = self.word();
+        if cur.is_vacant() || self.holder_liveness(cur) != Liveness::Dead {
+            return false;
+        }
+        let torn = cur.writing()
+            || (cur.private()
+                && cur
+                    .stage()
+                    .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1));
+        if torn {
+            self.torn
+                .store(TORN_NEXT | cur.gen_low(), Ordering::Release);
+        }
+        if self
+            .claim
+            .compare_exchange(cur.0, cur.vacated().0, Ordering::SeqCst, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        self.bump(counter::CLAIM_DEAD, 1);
+        self.wake_waiters();
+        true
     }
 
     #[cold]
@@ -878,10 +925,13 @@ impl LeaseState {
     /// quarantine.
     pub(crate) fn free_own_quarantine(&self, word: Word) {
         let Some(s) = word.stage() else { return };
-        let tag = quarantine_tag(self.full_generation(word.0), word.holder());
+        // The record names this claim if its holder and low generation bits are ours (the
+        // full generation of a stale word cannot be rebuilt once `term` moved past it).
+        let ours =
+            |tag: u64| tag as u8 == word.holder() && (tag >> 8) & (GEN_MOD - 1) == word.gen_low();
         let mut cur = self.word();
         loop {
-            if !cur.is_quarantined(s) || self.qowner[s].load(Ordering::Acquire) != tag {
+            if !cur.is_quarantined(s) || !ours(self.qowner[s].load(Ordering::Acquire)) {
                 return;
             }
             match self.claim.compare_exchange(
