@@ -1,0 +1,217 @@
+//! The blocking claim: spin, then sleep on the file's futex, woken by releases and by a
+//! death watcher of the holder.
+
+use std::time::{Duration, Instant};
+
+use cxc_sidecar::{OpCode, flags as sidecar_flags};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::claim::LeaseClaim;
+use super::file::*;
+use super::ident::pid_word;
+use super::state::{Claimant, Granted, LeaseState, counter};
+use super::watch::DeathWatcher;
+use crate::liveness::Liveness;
+use crate::primitive::{Ordering, fence};
+
+/// How often a blocked `acquire` re-checks staleness and holder death while asleep, when
+/// no death watcher covers the holder (no recorded identity: heartbeat path).
+const BLOCKED_POLL: Duration = Duration::from_millis(2);
+/// The first sleep of a blocked `acquire`, before a death watcher is started.
+const FIRST_NAP: Duration = Duration::from_millis(1);
+/// The re-check interval while a death watcher covers the holder (its death wakes us at
+/// once; this only bounds how late a stale heartbeat is noticed).
+const WATCHED_POLL: Duration = Duration::from_millis(25);
+/// Claim attempts spent spinning before a blocked `acquire` sleeps in the kernel.
+const SPIN_BEFORE_PARK: u32 = 64;
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
+    /// spins briefly, then sleeps in the kernel (futex on the file) and is woken by a
+    /// release; while asleep it re-checks every 2 ms (every 25 ms while a death-watcher
+    /// thread holds a pidfd of the holder and wakes it when the holder's process exits)
+    /// for a stale heartbeat or a dead holder, so a crashed holder is replaced promptly.
+    pub fn acquire(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
+        let holder = self.holder_waiting(pid_word(my_pid, false), timeout)?;
+        let me = Claimant {
+            holder,
+            pid: my_pid,
+            private: false,
+        };
+        self.acquire_as(me, grace, timeout)
+            .map(|g| self.state().claim_for(g.word, g.torn, my_proc()))
+    }
+
+    /// The holder value for `pid`, waiting up to `timeout` for a free identity slot when
+    /// the table is full (every slot held by a live process).
+    pub(super) fn holder_waiting(&self, pid: u64, timeout: Duration) -> Option<u8> {
+        if let Some(h) = self.holder_as(pid, true) {
+            return Some(h);
+        }
+        if pid as u32 == 0 {
+            return None;
+        }
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return None;
+            }
+            std::thread::sleep(left.map_or(SLOT_POLL, |l| l.min(SLOT_POLL)));
+            if let Some(h) = self.holder_as(pid, true) {
+                return Some(h);
+            }
+        }
+    }
+
+    /// The blocking claim behind [`acquire`](Self::acquire) and the guards' `lock`.
+    pub(super) fn acquire_as(
+        &self,
+        me: Claimant,
+        grace: u64,
+        timeout: Duration,
+    ) -> Option<Granted> {
+        // First attempt without an OS check: the slow path checks holder death cheaply.
+        let first = self.state().try_claim(
+            self.policy(),
+            me,
+            grace,
+            self.now(),
+            |_: &LeaseState, _| Liveness::Unknown,
+            false,
+        );
+        if let Some(g) = first {
+            self.note_grant(&g);
+            return Some(g);
+        }
+        self.acquire_slow(me, grace, timeout)
+    }
+
+    #[cold]
+    fn acquire_slow(&self, me: Claimant, grace: u64, timeout: Duration) -> Option<Granted> {
+        let st = self.state();
+        let started = Instant::now();
+        let deadline = started.checked_add(timeout);
+        // Spin first, without OS checks: the shared strategy's budget (a time), or the
+        // default number of attempts.
+        let budget = st.handshake.spin_budget();
+        let mut spins = 0u32;
+        loop {
+            let keep_spinning = match budget {
+                None => spins < SPIN_BEFORE_PARK,
+                Some(b) => spins % 16 != 0 || started.elapsed() < b,
+            };
+            if !keep_spinning {
+                break;
+            }
+            spins += 1;
+            std::hint::spin_loop();
+            let got = st.try_claim(
+                self.policy(),
+                me,
+                grace,
+                self.now(),
+                |_: &LeaseState, _| Liveness::Unknown,
+                false,
+            );
+            if let Some(g) = got {
+                self.note_grant(&g);
+                self.note(
+                    OpCode::LeaseBlockedWait,
+                    sidecar_flags::WAIT_SPUN,
+                    started.elapsed().as_nanos() as u64,
+                );
+                return Some(g);
+            }
+        }
+        st.bump(counter::BLOCKED_WAITS, 1);
+        let mut watch = super::os::CachedWatch::default();
+        std::thread::scope(|scope| {
+            let mut watcher: Option<DeathWatcher<'_>> = None;
+            let mut naps = 0u32;
+            let result = loop {
+                st.waiters.fetch_add(1, Ordering::SeqCst);
+                // SYNC: waiters. Pairs with the SeqCst release CAS + waiters load in
+                // `wake_waiters`: either the releaser sees us or we see its release.
+                fence(Ordering::SeqCst);
+                let seq = st.wake.load(Ordering::SeqCst);
+                // One OS check per wake-up after the first sleep (a quick handoff pays
+                // none).
+                let check_os = naps > 0;
+                let got = st.try_claim(
+                    self.policy(),
+                    me,
+                    grace,
+                    self.now(),
+                    |s: &LeaseState, w| match s.holder_identity(w) {
+                        Some(id) if check_os => watch.liveness(&id),
+                        _ => Liveness::Unknown,
+                    },
+                    false,
+                );
+                let mut timed_out = false;
+                if got.is_none() {
+                    // A short first sleep needs no watcher thread (most handoffs end within
+                    // it); a longer wait gets one, and then sleeps long.
+                    let watched = naps > 0 && Self::ensure_watcher(scope, st, &mut watcher);
+                    let nap = if watched {
+                        WATCHED_POLL
+                    } else if naps == 0 {
+                        FIRST_NAP
+                    } else {
+                        BLOCKED_POLL
+                    };
+                    naps += 1;
+                    match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                        Some(Duration::ZERO) => timed_out = true,
+                        rem => crate::futex::wait(&st.wake, seq, rem.map_or(nap, |r| r.min(nap))),
+                    }
+                }
+                st.waiters.fetch_sub(1, Ordering::SeqCst);
+                if got.is_some() || timed_out {
+                    break (got, timed_out);
+                }
+            };
+            if let Some(w) = watcher.take() {
+                w.stop();
+            }
+            let (got, timed_out) = result;
+            let waited = started.elapsed().as_nanos() as u64;
+            st.bump(counter::BLOCKED_NS, waited);
+            let mut flags = sidecar_flags::WAIT_PARKED;
+            if timed_out {
+                st.bump(counter::TIMEOUTS, 1);
+                flags |= sidecar_flags::WAIT_TIMED_OUT;
+            }
+            if let Some(g) = &got {
+                self.note_grant(g);
+            }
+            self.note(OpCode::LeaseBlockedWait, flags, waited);
+            got
+        })
+    }
+
+    /// Makes sure a death watcher covers the current holder (restarting it after a
+    /// handover). Returns whether one does; without one the waiter polls more often.
+    fn ensure_watcher<'scope, 'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        st: &'env LeaseState,
+        watcher: &mut Option<DeathWatcher<'scope>>,
+    ) -> bool {
+        let cur = st.word();
+        if cur.is_vacant() {
+            return false;
+        }
+        if watcher.as_ref().is_some_and(|w| w.id == cur.id()) {
+            return true;
+        }
+        if let Some(w) = watcher.take() {
+            w.stop();
+        }
+        let Some(ident) = st.holder_identity(cur) else {
+            return false;
+        };
+        *watcher = DeathWatcher::spawn(scope, st, cur.id(), ident);
+        watcher.is_some()
+    }
+}

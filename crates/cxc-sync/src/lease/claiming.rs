@@ -1,0 +1,295 @@
+//! The claim side of the lease protocol: claim, takeover (preempt, stale, dead),
+//! release (see `state.rs` and `docs/owner-lease.md`, L1/L3/L5/L6).
+
+use crate::liveness::Liveness;
+use crate::primitive::{Ordering, spin_hint};
+
+use super::state::*;
+use super::word::{Word, quarantine_tag};
+
+impl LeaseState {
+    /// Claim protocol (seed 000 + fencing). `now` is the current epoch (read once by the
+    /// caller); `owner` judges the holder's OS liveness. With `write` the new claim is
+    /// installed with the WRITE bit already set (used by `with_lease`).
+    #[inline]
+    pub(crate) fn try_claim(
+        &self,
+        policy: Policy,
+        me: Claimant,
+        grace: u64,
+        now: u64,
+        owner: impl FnMut(&Self, Word) -> Liveness,
+        write: bool,
+    ) -> Option<Granted> {
+        // Fast path: a vacant lease whose heartbeat is already current (no write to it).
+        let cur = self.word();
+        if cur.is_vacant()
+            && me.holder != 0
+            && self.heartbeat.load(Ordering::Relaxed) >= now
+            && self.torn.load(Ordering::Relaxed) & TORN_NEXT == 0
+            && let Some(stage) = cur.free_buffer()
+        {
+            let next = cur
+                .with_holder(me.holder)
+                .with_stage(Some(stage))
+                .next_gen()
+                .with_write(write)
+                .with_private(me.private);
+            if self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+                .is_ok()
+            {
+                self.note_claim(next, ClaimReason::Vacant, false);
+                return Some(Granted {
+                    word: next.0,
+                    torn: false,
+                    reason: Some(ClaimReason::Vacant),
+                });
+            }
+        }
+        self.try_claim_slow(policy, me, grace, now, owner, write)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn try_claim_slow(
+        &self,
+        policy: Policy,
+        me: Claimant,
+        grace: u64,
+        now: u64,
+        mut owner: impl FnMut(&Self, Word) -> Liveness,
+        write: bool,
+    ) -> Option<Granted> {
+        if me.holder == 0 {
+            return None;
+        }
+        let mut spins = 0u32;
+        let mut cache: Option<(u64, Liveness)> = None;
+        let mut judge = |state: &Self, word: Word| -> Liveness {
+            match cache {
+                Some((c, v)) if c == word.id() => v,
+                _ => {
+                    let v = owner(state, word);
+                    cache = Some((word.id(), v));
+                    v
+                }
+            }
+        };
+        let mut cur = self.word();
+        loop {
+            if cur.holder() == me.holder && !me.private {
+                // Idempotent (seed): the caller already holds it.
+                if write {
+                    // `with_lease` on a held lease goes through the ordinary write path.
+                    return None;
+                }
+                return Some(Granted {
+                    word: cur.0,
+                    torn: false,
+                    reason: None,
+                });
+            }
+            let mut verdict = Liveness::Unknown;
+            let reason = if cur.is_vacant() {
+                ClaimReason::Vacant
+            } else if policy.preempt_lower && !cur.private() && me.pid < self.holder_pid(cur) {
+                ClaimReason::Preempt
+            } else if now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) > grace {
+                ClaimReason::Stale
+            } else {
+                verdict = judge(self, cur);
+                if verdict == Liveness::Dead {
+                    ClaimReason::Dead
+                } else {
+                    return None;
+                }
+            };
+            let mut next = cur;
+            let mut torn = cur.writing();
+            if cur.is_vacant() {
+                // A dead holder's claim vacated mid-update (`vacate_dead_holder`): the next
+                // claim inherits the torn flag.
+                torn = self.torn.load(Ordering::Acquire) == TORN_NEXT | cur.gen_low();
+            }
+            if cur.may_be_writing() {
+                // A write may be in flight: WRITE is set, or the holder is a guard (whose
+                // single writer stages without WRITE). A writer the OS proves dead can
+                // store nothing more. A live (or unidentifiable, e.g. paused) one with
+                // WRITE gets a short while to finish; then a preemption gives up (a live
+                // writer is never preempted mid-write), while a stale-heartbeat takeover
+                // supersedes it and quarantines its staging buffer (L5, L7).
+                if verdict == Liveness::Unknown {
+                    verdict = judge(self, cur);
+                }
+                if cur.private() {
+                    // A guard's update was interrupted if its staging buffer is mid-fill.
+                    torn = cur
+                        .stage()
+                        .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1);
+                }
+                if verdict != Liveness::Dead {
+                    if cur.writing() {
+                        if spins < WRITE_SPIN_LIMIT {
+                            spins += 1;
+                            spin_hint();
+                            cur = self.word();
+                            continue;
+                        }
+                        if reason == ClaimReason::Preempt
+                            && now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) <= grace
+                        {
+                            return None;
+                        }
+                    }
+                    if let Some(s) = cur.stage() {
+                        self.qowner[s].fetch_max(
+                            quarantine_tag(self.full_generation(cur.0), cur.holder()),
+                            Ordering::AcqRel,
+                        );
+                        next = next.with_quarantined(s);
+                    }
+                }
+            }
+            let next = next
+                .with_holder(me.holder)
+                .with_stage(None)
+                .with_write(false)
+                .with_private(me.private)
+                .next_gen();
+            let stage = next.free_buffer();
+            if write && stage.is_none() {
+                self.bump(counter::NO_BUFFER, 1);
+                return None;
+            }
+            let next = next.with_stage(stage).with_write(write);
+            // L6: refresh the heartbeat *before* the claim becomes visible, so nobody who
+            // sees the new claim can find it stale. `fetch_max` never moves it backwards.
+            if self.heartbeat.load(Ordering::Relaxed) < now {
+                self.heartbeat.fetch_max(now, Ordering::Relaxed);
+            }
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if next.quarantine() != cur.quarantine() {
+                        self.bump(counter::QUARANTINED, 1);
+                    }
+                    self.note_claim(next, reason, torn);
+                    return Some(Granted {
+                        word: next.0,
+                        torn,
+                        reason: Some(reason),
+                    });
+                }
+                Err(actual) => {
+                    cur = Word(actual);
+                    spin_hint();
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn note_claim(&self, word: Word, reason: ClaimReason, torn: bool) {
+        if word.gen_low() % TERM_CHECKPOINT == 0 {
+            self.checkpoint(word.0);
+        }
+        match reason {
+            ClaimReason::Vacant => {}
+            ClaimReason::Preempt => self.bump(counter::CLAIM_PREEMPT, 1),
+            ClaimReason::Stale => self.bump(counter::CLAIM_STALE, 1),
+            ClaimReason::Dead => self.bump(counter::CLAIM_DEAD, 1),
+        }
+        if torn {
+            self.torn.store(word.id(), Ordering::Release);
+            self.bump(counter::TORN_INHERITED, 1);
+        } else if self.torn.load(Ordering::Relaxed) & TORN_NEXT != 0 {
+            // A marker for a vacant word that another claim went past: stale.
+            self.torn.store(0, Ordering::Release);
+        }
+    }
+
+    /// Vacates the current claim if the OS proves its holder's whole process gone, so
+    /// that its identity slot is no longer referenced and can be reused by a claimant
+    /// that found the identity table full. An interrupted update is passed on to the next
+    /// claim (`TORN_NEXT`). Returns whether it vacated.
+    #[cold]
+    pub(crate) fn vacate_dead_holder(&self) -> bool {
+        let cur = self.word();
+        if cur.is_vacant() || self.holder_liveness(cur) != Liveness::Dead {
+            return false;
+        }
+        let torn = cur.writing()
+            || (cur.private()
+                && cur
+                    .stage()
+                    .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1));
+        if torn {
+            self.torn
+                .store(TORN_NEXT | cur.gen_low(), Ordering::Release);
+        }
+        if self
+            .claim
+            .compare_exchange(cur.0, cur.vacated().0, Ordering::SeqCst, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        self.bump(counter::CLAIM_DEAD, 1);
+        self.wake_waiters();
+        true
+    }
+
+    #[cold]
+    fn checkpoint(&self, word: u64) {
+        self.term
+            .fetch_max(self.full_generation(word), Ordering::AcqRel);
+    }
+
+    /// Releases the claim `id` (holder + generation bits). A stale id never touches the
+    /// current claim (L3).
+    #[inline]
+    pub(crate) fn release_id(&self, id: u64) -> bool {
+        self.release_from(id, self.word(), false)
+    }
+
+    /// [`release_id`](Self::release_id) starting from an already loaded claim word. A
+    /// write of the same claim in flight (a sibling thread's) does not delay the release:
+    /// its staging buffer goes into quarantine and its publication will fail.
+    /// `by_guard`: the release is the guard's own (its single writer is not writing).
+    #[inline]
+    pub(crate) fn release_from(&self, id: u64, mut cur: Word, by_guard: bool) -> bool {
+        loop {
+            if cur.id() != id || cur.is_vacant() {
+                self.bump(counter::STALE_OP_REJECTED, 1);
+                return false;
+            }
+            let mut next = cur.vacated();
+            if (cur.writing() || (cur.private() && !by_guard))
+                && let Some(s) = cur.stage()
+            {
+                self.qowner[s].fetch_max(
+                    quarantine_tag(self.full_generation(cur.0), cur.holder()),
+                    Ordering::AcqRel,
+                );
+                next = next.with_quarantined(s);
+            }
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if next.quarantine() != cur.quarantine() {
+                        self.bump(counter::QUARANTINED, 1);
+                    }
+                    self.wake_waiters();
+                    return true;
+                }
+                Err(actual) => cur = Word(actual),
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The seed API (pid-based calls) and the fenced-claim API of [`OwnerLease`].
+
+use cxc_sidecar::OpCode;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::claim::LeaseClaim;
+use super::file::*;
+use super::state::{Granted, LeaseState, WriteRefused};
+use super::word::Word;
+use crate::primitive::Ordering;
+
+/// Aborts an unfinished `with_lease` if its closure panics: nothing is published and the
+/// lease is released.
+struct AbortOnUnwind<'a> {
+    state: &'a LeaseState,
+    word: Word,
+    armed: bool,
+}
+
+impl Drop for AbortOnUnwind<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.state.abort_write(self.word, true);
+        }
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    /// Seed API: claims the lease for `my_pid` if it is vacant, held by a higher pid
+    /// (with [`Preemption::LowerPid`]), stale by more than `grace` epochs, or held by a
+    /// process that no longer exists. Idempotent for the current holder (the same `pid`
+    /// claimed through this process). PID 0 is refused, and so is a claim when the
+    /// file's identity table has no free slot (64 slots; one per process and pid).
+    #[inline]
+    pub fn try_acquire(&self, my_pid: u32, grace: u64) -> bool {
+        self.claim_now(my_pid, grace, false).is_some()
+    }
+
+    /// Like [`try_acquire`](Self::try_acquire), returning the fenced claim.
+    #[inline]
+    pub fn try_claim(&self, my_pid: u32, grace: u64) -> Option<LeaseClaim> {
+        self.claim_now(my_pid, grace, false)
+            .map(|g| self.state().claim_for(g.word, g.torn, my_proc()))
+    }
+
+    /// Whether `word` is a claim made by this process for `pid` (no registration).
+    #[inline]
+    pub(super) fn held_as(&self, word: Word, pid: u32) -> bool {
+        !word.is_vacant() && self.holder(pid, false) == Some(word.holder())
+    }
+
+    /// Seed API: releases the lease if `my_pid` holds it (claimed through this process).
+    /// Any thread of the process may release it, also while a sibling thread is writing
+    /// under the same pid: that write then fails and is never published.
+    #[inline]
+    pub fn release(&self, my_pid: u32) -> bool {
+        let cur = self.state().word();
+        if !self.held_as(cur, my_pid) {
+            return false;
+        }
+        let ok = self.state().release_from(cur.id(), cur, false);
+        self.note(OpCode::LeaseRelease, 0, u64::from(ok));
+        ok
+    }
+
+    /// Releases `claim` if it is still the current claim; a stale claim never clears a
+    /// newer one. Only the process that made the claim can use it (`false` in a forked
+    /// child, or for a token of another process's claim from `current_claim`).
+    #[inline]
+    pub fn release_claim(&self, claim: &LeaseClaim) -> bool {
+        let ok = claim.proc == my_proc() && self.state().release_id(claim.id);
+        self.note(
+            if ok {
+                OpCode::LeaseRelease
+            } else {
+                OpCode::LeaseLossDetected
+            },
+            0,
+            claim.generation,
+        );
+        ok
+    }
+
+    /// Seed API: claims the lease (as [`try_acquire`](Self::try_acquire)), runs `f` on a
+    /// copy of the payload, publishes the result and releases, in two atomic steps. If
+    /// `my_pid` already held the lease it stays held. Returns `None` if the lease could
+    /// not be claimed, or if the claim was lost while `f` ran — then nothing is published,
+    /// ever: a claim superseded or released while `f` runs cannot publish, and its
+    /// staging buffer stays in quarantine until this call returns. If `f` panics nothing
+    /// is published and the lease is released.
+    pub fn with_lease<R>(&self, my_pid: u32, grace: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let st = self.state();
+        let claimed = self.claim_now(my_pid, grace, true);
+        match claimed {
+            Some(Granted { word, .. }) => {
+                let word = Word(word);
+                // We hold the new claim with WRITE set: nobody else writes our staging
+                // buffer or republishes.
+                let mut guard = AbortOnUnwind {
+                    state: st,
+                    word,
+                    armed: true,
+                };
+                let mut value: T = from_words(&st.read_published(word))?;
+                let r = f(&mut value);
+                st.fill(word, &to_words(&value), words_for::<T>());
+                guard.armed = false;
+                st.publish(word, true).then_some(r)
+            }
+            None => {
+                let cur = st.word();
+                if !self.held_as(cur, my_pid) {
+                    return None;
+                }
+                let claim = st.claim_for(cur.0, false, my_proc());
+                let mut value = self.read_claimed(&claim)?;
+                let r = f(&mut value);
+                self.write_claimed(&claim, value).then_some(r)
+            }
+        }
+    }
+
+    /// Seed API: the payload, if `my_pid` holds the lease (claimed through this process).
+    #[inline]
+    pub fn read_as_owner(&self, my_pid: u32) -> Option<T> {
+        let holder = self.holder(my_pid, false)?;
+        let words = self
+            .state()
+            .read_if(words_for::<T>(), |w| w.holder() == holder)?;
+        from_words(&words)
+    }
+
+    /// The payload, if `claim` is still current (and this process made it).
+    #[inline]
+    pub fn read_claimed(&self, claim: &LeaseClaim) -> Option<T> {
+        if claim.proc != my_proc() {
+            return None;
+        }
+        let words = self
+            .state()
+            .read_if(words_for::<T>(), |w| w.id() == claim.id)?;
+        from_words(&words)
+    }
+
+    /// Seed API: writes the payload if `my_pid` holds the lease. The ownership check and
+    /// the publication are one atomic step: a holder that was superseded never publishes.
+    #[inline]
+    pub fn write_as_owner(&self, my_pid: u32, value: T) -> bool {
+        let Some(holder) = self.holder(my_pid, false) else {
+            return false;
+        };
+        self.state()
+            .write_if(&to_words(&value), words_for::<T>(), |w| {
+                w.holder() == holder
+            })
+            .is_ok()
+    }
+
+    /// Writes the payload if `claim` is still current and this process made it (fenced).
+    /// `false` also when every
+    /// payload buffer is held in quarantine by stalled writers of earlier claims
+    /// (counter `no_buffer`; see `docs/owner-lease.md`).
+    #[inline]
+    pub fn write_claimed(&self, claim: &LeaseClaim, value: T) -> bool {
+        if claim.proc != my_proc() {
+            return false;
+        }
+        let r = self
+            .state()
+            .write_if(&to_words(&value), words_for::<T>(), |w| w.id() == claim.id);
+        if r == Err(WriteRefused::Lost) {
+            self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
+        }
+        r.is_ok()
+    }
+
+    /// Seed API: refreshes the heartbeat if `my_pid` holds the lease; `false` means the
+    /// lease was lost (preempted or taken over).
+    #[inline]
+    pub fn beat(&self, my_pid: u32) -> bool {
+        let Some(holder) = self.holder(my_pid, false) else {
+            return false;
+        };
+        self.state().beat_if(self.now(), |w| w.holder() == holder)
+    }
+
+    /// Refreshes the heartbeat if `claim` is still current (and this process made it).
+    #[inline]
+    pub fn beat_claimed(&self, claim: &LeaseClaim) -> bool {
+        let ok =
+            claim.proc == my_proc() && self.state().beat_if(self.now(), |w| w.id() == claim.id);
+        if !ok {
+            self.note(OpCode::LeaseLossDetected, 0, claim.generation);
+        }
+        ok
+    }
+
+    /// Whether `claim` is the current claim.
+    #[inline]
+    pub fn is_current(&self, claim: &LeaseClaim) -> bool {
+        let st = self.state();
+        let w = st.word();
+        w.id() == claim.id && !w.is_vacant() && st.term.load(Ordering::Acquire) <= claim.generation
+    }
+}

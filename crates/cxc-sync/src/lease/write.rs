@@ -1,0 +1,376 @@
+//! The write side of the lease protocol: WRITE, staging buffers, publication, and the
+//! quarantine of abandoned writes (see `state.rs` and `docs/owner-lease.md`, L2/L4/L7).
+
+use crate::liveness::Liveness;
+use crate::primitive::{Ordering, fence, spin_hint};
+
+use super::state::*;
+use super::word::{BUFS, Word};
+
+/// A bounded wait for a sibling's WRITE bit to clear: spins, then sleeps, then gives up
+/// after about 100 ms, so a WRITE bit left by a stalled sibling can never hang a caller.
+struct WriteWait {
+    rounds: u32,
+    #[cfg(not(cxc_loom))]
+    since: Option<std::time::Instant>,
+}
+
+impl WriteWait {
+    const SPINS: u32 = 256;
+    #[cfg(not(cxc_loom))]
+    const PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
+    fn new() -> Self {
+        WriteWait {
+            rounds: 0,
+            #[cfg(not(cxc_loom))]
+            since: None,
+        }
+    }
+
+    fn expired(&self) -> bool {
+        #[cfg(not(cxc_loom))]
+        {
+            self.since.is_some_and(|t| t.elapsed() >= Self::PATIENCE)
+        }
+        #[cfg(cxc_loom)]
+        {
+            self.rounds >= 2
+        }
+    }
+
+    fn pause(&mut self) {
+        self.rounds += 1;
+        #[cfg(not(cxc_loom))]
+        if self.rounds > Self::SPINS {
+            self.since.get_or_insert_with(std::time::Instant::now);
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            return;
+        }
+        spin_hint();
+    }
+}
+
+impl LeaseState {
+    /// Writes `words` as the claim matching `accept`: start (WRITE), fill the staging
+    /// buffer, publish (one CAS that succeeds only if the claim is unchanged: L2).
+    #[inline]
+    pub(crate) fn write_if(
+        &self,
+        words: &[u64; PAYLOAD_WORDS],
+        n: usize,
+        accept: impl Fn(Word) -> bool,
+    ) -> Result<(), WriteRefused> {
+        let word = self.start_write(accept)?;
+        self.fill(word, words, n);
+        if self.publish(word, false) {
+            Ok(())
+        } else {
+            Err(WriteRefused::Lost)
+        }
+    }
+
+    /// A guard's write: fill the claim's staging buffer with plain stores and publish with
+    /// one CAS (no WRITE: a guard's claim is PRIVATE, so whoever supersedes or releases it
+    /// quarantines its staging buffer). The caller is the claim's only writer.
+    pub(crate) fn write_private(
+        &self,
+        id: u64,
+        words: &[u64; PAYLOAD_WORDS],
+        n: usize,
+    ) -> Result<Word, WriteRefused> {
+        let mut cur = self.word();
+        if cur.id() != id {
+            self.bump(counter::STALE_OP_REJECTED, 1);
+            return Err(WriteRefused::Lost);
+        }
+        if cur.stage().is_none() {
+            cur = self.stage_for(id)?;
+        }
+        self.fill(cur, words, n);
+        let mut at = cur;
+        loop {
+            let next = at.published_swap();
+            match self
+                .claim
+                .compare_exchange(at.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if self.torn.load(Ordering::Relaxed) == id {
+                        let _ =
+                            self.torn
+                                .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        self.bump(counter::TORN_RESTORED, 1);
+                    }
+                    return Ok(next);
+                }
+                Err(actual) if Word(actual).sans_quarantine() == cur.sans_quarantine() => {
+                    at = Word(actual);
+                }
+                Err(_) => {
+                    self.bump(counter::STALE_OP_REJECTED, 1);
+                    self.free_own_quarantine(cur);
+                    return Err(WriteRefused::Lost);
+                }
+            }
+        }
+    }
+
+    /// Gives the (private) claim `id` a staging buffer: a free one, after reaping the
+    /// quarantined buffers of dead writers if none is free.
+    #[cold]
+    fn stage_for(&self, id: u64) -> Result<Word, WriteRefused> {
+        let mut reaped = false;
+        let mut cur = self.word();
+        loop {
+            if cur.id() != id {
+                return Err(WriteRefused::Lost);
+            }
+            if cur.stage().is_some() {
+                return Ok(cur);
+            }
+            let Some(b) = cur.free_buffer() else {
+                if reaped {
+                    self.bump(counter::NO_BUFFER, 1);
+                    return Err(WriteRefused::NoBuffer);
+                }
+                reaped = true;
+                self.reap_quarantine();
+                cur = self.word();
+                continue;
+            };
+            let next = cur.with_stage(Some(b));
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(next),
+                Err(actual) => cur = Word(actual),
+            }
+        }
+    }
+
+    /// A guard gives up its claim `last` (the claim word it last installed or saw as
+    /// current): release it if still current; if it was superseded meanwhile, free the
+    /// quarantine of its staging buffer (the guard is not writing). Returns whether the
+    /// claim was still current.
+    pub(crate) fn release_private(&self, last: Word) -> bool {
+        if self.release_from(last.id(), self.word(), true) {
+            return true;
+        }
+        let cur = self.word();
+        if cur.id() != last.id() {
+            // Our claim went while we were not writing: the stage of the word a taker
+            // superseded is the last one we knew (our publications keep `last` current).
+            self.free_own_quarantine(last);
+        }
+        false
+    }
+
+    /// Sets WRITE on the current claim if it satisfies `accept` (waiting boundedly for a
+    /// sibling's write of the same claim), giving it a staging buffer if it has none.
+    /// Returns the word as installed (WRITE set).
+    pub(crate) fn start_write(&self, accept: impl Fn(Word) -> bool) -> Result<Word, WriteRefused> {
+        let mut cur = self.word();
+        let mut waited = WriteWait::new();
+        let mut reaped = false;
+        loop {
+            if !accept(cur) || cur.is_vacant() {
+                self.bump(counter::STALE_OP_REJECTED, 1);
+                return Err(WriteRefused::Lost);
+            }
+            if cur.writing() {
+                if waited.expired() {
+                    self.bump(counter::STALE_OP_REJECTED, 1);
+                    return Err(WriteRefused::Busy);
+                }
+                waited.pause();
+                cur = self.word();
+                continue;
+            }
+            let mut next = cur.with_write(true);
+            if cur.stage().is_none() {
+                match cur.free_buffer() {
+                    Some(b) => next = next.with_stage(Some(b)),
+                    None if !reaped => {
+                        reaped = true;
+                        self.reap_quarantine();
+                        cur = self.word();
+                        continue;
+                    }
+                    None => {
+                        self.bump(counter::NO_BUFFER, 1);
+                        return Err(WriteRefused::NoBuffer);
+                    }
+                }
+            }
+            match self.claim.compare_exchange_weak(
+                cur.0,
+                next.0,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(next),
+                Err(actual) => cur = Word(actual),
+            }
+        }
+    }
+
+    /// Fills the staging buffer of `word` (the caller holds WRITE on `word`; while the
+    /// claim is current nobody else writes that buffer, and once it is superseded the
+    /// buffer is quarantined until this writer is done).
+    #[inline]
+    pub(crate) fn fill(&self, word: Word, words: &[u64; PAYLOAD_WORDS], n: usize) {
+        let Some(stage) = word.stage() else { return };
+        let buf = &self.bufs[stage];
+        let s = buf.seq.load(Ordering::Relaxed);
+        let odd = s.wrapping_add(1) | 1;
+        // SYNC: payload seqlock (writer side): odd, fence, data, even. Late readers of
+        // this buffer (it was published before the last swap) see the odd value or a
+        // changed sequence and retry.
+        buf.seq.store(odd, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (dst, w) in buf.words.iter().zip(words).take(n) {
+            dst.store(*w, Ordering::Relaxed);
+        }
+        buf.seq.store(odd.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Publishes the filled staging buffer of `word` (WRITE set): swap published and
+    /// staging buffers, clear WRITE, and with `release` also vacate. Fails only if the
+    /// claim was superseded or released meanwhile; then this writer's quarantined buffer
+    /// is freed (it will store nothing more into it).
+    #[inline]
+    pub(crate) fn publish(&self, word: Word, release: bool) -> bool {
+        let mut cur = word;
+        loop {
+            let next = if release {
+                cur.published_swap().vacated()
+            } else {
+                cur.published_swap()
+            };
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let id = word.id();
+                    if self.torn.load(Ordering::Relaxed) == id {
+                        let _ =
+                            self.torn
+                                .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        self.bump(counter::TORN_RESTORED, 1);
+                    }
+                    if release {
+                        self.wake_waiters();
+                    }
+                    return true;
+                }
+                // Only the quarantine bits changed (another writer freed its buffer).
+                Err(actual) if Word(actual).sans_quarantine() == word.sans_quarantine() => {
+                    cur = Word(actual);
+                }
+                Err(_) => {
+                    self.bump(counter::STALE_OP_REJECTED, 1);
+                    self.free_own_quarantine(word);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Abandons a write (no publication): clears WRITE if the claim is still `word`, and
+    /// with `release` also releases the claim. If the claim was superseded meanwhile,
+    /// frees this writer's quarantined buffer.
+    pub(crate) fn abort_write(&self, word: Word, release: bool) {
+        let mut cur = word;
+        loop {
+            let next = if release {
+                cur.vacated()
+            } else {
+                cur.with_write(false)
+            };
+            match self
+                .claim
+                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if release {
+                        self.wake_waiters();
+                    }
+                    return;
+                }
+                Err(actual) if Word(actual).sans_quarantine() == word.sans_quarantine() => {
+                    cur = Word(actual);
+                }
+                Err(_) => {
+                    self.free_own_quarantine(word);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Called by a writer of `word` whose claim was superseded or released while it held
+    /// WRITE: it stores nothing more into its staging buffer, so the buffer leaves
+    /// quarantine.
+    pub(crate) fn free_own_quarantine(&self, word: Word) {
+        let Some(s) = word.stage() else { return };
+        // The record names this claim if its holder and low generation bits are ours (the
+        // full generation of a stale word cannot be rebuilt once `term` moved past it).
+        let ours =
+            |tag: u64| tag as u8 == word.holder() && (tag >> 8) & (GEN_MOD - 1) == word.gen_low();
+        let mut cur = self.word();
+        loop {
+            if !cur.is_quarantined(s) || !ours(self.qowner[s].load(Ordering::Acquire)) {
+                return;
+            }
+            match self.claim.compare_exchange(
+                cur.0,
+                cur.without_quarantined(s).0,
+                Ordering::SeqCst,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.bump(counter::QUARANTINE_FREED, 1);
+                    return;
+                }
+                Err(actual) => cur = Word(actual),
+            }
+        }
+    }
+
+    /// Frees every quarantined buffer whose writer's process the OS proves gone.
+    #[cold]
+    pub(crate) fn reap_quarantine(&self) {
+        let mut cur = self.word();
+        for b in 0..BUFS {
+            if !cur.is_quarantined(b) {
+                continue;
+            }
+            let tag = self.qowner[b].load(Ordering::Acquire);
+            let holder = (tag & 0xFF) as u8;
+            if self.slot_liveness(holder) != Liveness::Dead {
+                continue;
+            }
+            loop {
+                if !cur.is_quarantined(b) || self.qowner[b].load(Ordering::Acquire) != tag {
+                    break;
+                }
+                match self.claim.compare_exchange(
+                    cur.0,
+                    cur.without_quarantined(b).0,
+                    Ordering::SeqCst,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        self.bump(counter::QUARANTINE_REAPED, 1);
+                        cur = self.word();
+                        break;
+                    }
+                    Err(actual) => cur = Word(actual),
+                }
+            }
+        }
+    }
+}
