@@ -591,10 +591,13 @@ fn a_second_handle_acts_only_for_this_process() {
     assert!(!b.beat(other), "another pid's registration is not");
     assert!(!b.mark_in_flight(other, 1));
     let snap = a.snapshot(mine).unwrap();
-    assert_ne!(
-        snap.start_time, 0,
-        "own-pid registration records the start time"
+    assert_eq!(
+        snap.identity,
+        cxc_sync::liveness::Identity::current(),
+        "own-pid registration records this process's identity"
     );
+    assert!(snap.identity.is_known());
+    assert!(!a.snapshot(other).unwrap().identity.is_known());
     assert_eq!(a.snapshot(other).unwrap().start_time, 0);
 }
 
@@ -620,4 +623,39 @@ fn watchdogs_share_a_table_across_threads() {
     assert_eq!(c[counter::SCAN], 1);
     assert_eq!(c[counter::DEAD_REPORTED], 1);
     assert_eq!(c[counter::REGISTER], 1);
+}
+
+#[test]
+fn registering_for_another_pid_records_that_process() {
+    use cxc_sync::liveness::{Identity, Liveness, liveness};
+    let dir = tempfile::tempdir().unwrap();
+    let t = HeartbeatTable::create(dir.path().join("hb.cxc"), 2).unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let s = t.register(child.id()).unwrap();
+    assert!(
+        t.mark_in_flight(s, 4),
+        "the registering handle acts for its registration"
+    );
+    let recorded = t.snapshot(s).unwrap().identity;
+    assert_eq!(Some(recorded), Identity::of_pid(child.id()));
+    assert_ne!(recorded, Identity::current());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(liveness(&recorded), Liveness::Dead);
+    // Within grace, the OS identity alone reports the dead process.
+    let w = FailoverWatchdog::with_grace(&t, 1_000_000);
+    let t0 = std::time::Instant::now();
+    loop {
+        let r = w.scan();
+        if !r.dead_slots.is_empty() {
+            assert_eq!(r.dead_slots[0].0, s);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never reported");
+        std::thread::sleep(Duration::from_millis(12));
+    }
+    assert_eq!(w.reclaim(s), 1 << 4);
 }
