@@ -55,6 +55,15 @@ pub fn spawn(test: &str, role: &str, dir: &Path, env: &[(&str, &str)]) -> Child 
     for (k, v) in env {
         cmd.env(k, v);
     }
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory: a
+    // child (which parks until killed) dies with the thread that spawned it, so a failed
+    // test leaves no process behind.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     cmd.spawn().unwrap()
 }
 
