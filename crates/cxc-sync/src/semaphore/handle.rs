@@ -169,6 +169,18 @@ impl SharedSemaphore {
         Self::from_map(map)
     }
 
+    /// Opens an existing semaphore file for inspection (e.g. `cxc inspect`) without
+    /// taking a holder slot. The handle registers on first use instead: if the table is
+    /// then full, `try_acquire` returns `None` and `acquire` waits for a slot (it never
+    /// takes a permit untracked).
+    ///
+    /// # Errors
+    /// As [`SharedSemaphore::open`], except `TableFull`.
+    pub fn open_unregistered(path: impl AsRef<Path>) -> Result<Self, SemaphoreError> {
+        let map = Mapped::open(path, &expect(&check_params))?;
+        Self::from_map_lazy(map)
+    }
+
     /// Creates the file, or opens it if it exists (or another process creates it at the
     /// same time). An existing file must have the same `max_permits`; `initial` and
     /// `opts.holders` only apply when this call creates it.
@@ -206,19 +218,24 @@ impl SharedSemaphore {
 
     /// The handle, with this process registered in the holder table.
     fn from_map(map: Mapped<SemHead, HolderSlot>) -> Result<Self, SemaphoreError> {
+        let sem = Self::from_map_lazy(map)?;
+        sem.holder_slow()?;
+        Ok(sem)
+    }
+
+    /// The handle, not yet registered.
+    fn from_map_lazy(map: Mapped<SemHead, HolderSlot>) -> Result<Self, SemaphoreError> {
         // Validated by `check_params` (open) or `layout` (create).
         let max = u32::try_from(map.info().layout.params[0])
             .unwrap_or(word::MAX_PERMITS)
             .min(word::MAX_PERMITS);
         super::holder::check_namespace(map.info().layout.params[2])?;
-        let sem = SharedSemaphore {
+        Ok(SharedSemaphore {
             map,
             max,
             holder: AtomicU64::new(0),
             observed: std::sync::atomic::AtomicBool::new(false),
-        };
-        sem.holder_slow()?;
-        Ok(sem)
+        })
     }
 
     /// Records an observation if a `SidecarBox` observes this handle.
