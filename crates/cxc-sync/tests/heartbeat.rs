@@ -659,3 +659,32 @@ fn registering_for_another_pid_records_that_process() {
     }
     assert_eq!(w.reclaim(s), 1 << 4);
 }
+
+#[test]
+fn a_forked_child_cannot_act_for_its_parents_registration() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = HeartbeatTable::create(dir.path().join("hb.cxc"), 2).unwrap();
+    let s = t.register(std::process::id()).unwrap();
+    assert!(t.mark_in_flight(s, 1));
+    // SAFETY: the child only calls the table's worker API (allocation-free: atomics on
+    // the mapping, the identity cache, /proc read into stack buffers) and leaves with
+    // _exit; it takes no lock another thread of the parent may hold.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let acted = t.beat(s) || t.mark_in_flight(s, 2) || t.clear_in_flight(s, 1);
+        // SAFETY: ends the forked child at once, running no destructors or atexit hooks.
+        unsafe { libc::_exit(i32::from(acted)) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child with a valid pointer for the status.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status));
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "a forked child acted for its parent's registration"
+    );
+    assert_eq!(t.snapshot(s).unwrap().in_flight_bitmap, 1 << 1);
+    assert!(t.beat(s), "the parent still owns its registration");
+}
