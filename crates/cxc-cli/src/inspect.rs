@@ -109,7 +109,7 @@ pub fn load(path: &Path) -> Result<View, CliError> {
             )
         }
         Kind::Semaphore => {
-            let s = cxc::SharedSemaphore::open(path)?;
+            let s = cxc::SharedSemaphore::open_unregistered(path)?;
             let view = SemaphoreView {
                 available: s.available(),
                 max: s.max_permits(),

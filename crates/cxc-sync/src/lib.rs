@@ -3,7 +3,8 @@
 //! - [`epoch`]: manual or clock-driven epochs, the time base of heartbeats.
 //! - [`HeartbeatTable`] / [`FailoverWatchdog`]: worker heartbeats with in-flight work
 //!   bits, and failover (fence + reclaim) of dead workers' work.
-//! - [`liveness`]: process identity (pid + start time) and whether it is still alive.
+//! - [`liveness`]: process identity (pidfs inode or pid + start time, pid namespace, boot
+//!   id) and whether the process is still alive (re-exported from `cxc_mmf::identity`).
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
 //! - [`backend`]: [`FencedLease`] and [`PermitPool`], the blocking traits that the
 //!   mapped-file primitives ([`MmapLease`], [`SharedSemaphore`]) and `cxc-etcd` implement.

@@ -10,9 +10,13 @@
 //! store a start time rather than a full [`Identity`]; they give the same verdicts as
 //! [`liveness`] on the fallback form.
 
+/// The identity module itself (its `PidWatch` is re-exported above as `IdentityWatch`:
+/// this module's own `PidWatch` is the `(pid, start time)` watch the lease uses).
+pub use cxc_mmf::identity;
 pub use cxc_mmf::identity::{
-    FALLBACK_BIT, Identity, Liveness, PidWatch as IdentityWatch, ProcStatus, current_pid,
-    fallback_active, force_fallback, liveness, proc_status,
+    FALLBACK_BIT, Identity, Liveness, PidLookup, PidWatch as IdentityWatch, ProcStatus, boot,
+    current_pid, fallback_active, force_fallback, liveness, lookup_pid, proc_group_alive,
+    proc_status, self_start_time,
 };
 
 /// A process named by pid and start time (clock ticks since boot; 0 = unknown).

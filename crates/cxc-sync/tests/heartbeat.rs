@@ -591,10 +591,13 @@ fn a_second_handle_acts_only_for_this_process() {
     assert!(!b.beat(other), "another pid's registration is not");
     assert!(!b.mark_in_flight(other, 1));
     let snap = a.snapshot(mine).unwrap();
-    assert_ne!(
-        snap.start_time, 0,
-        "own-pid registration records the start time"
+    assert_eq!(
+        snap.identity,
+        cxc_sync::liveness::Identity::current(),
+        "own-pid registration records this process's identity"
     );
+    assert!(snap.identity.is_known());
+    assert!(!a.snapshot(other).unwrap().identity.is_known());
     assert_eq!(a.snapshot(other).unwrap().start_time, 0);
 }
 
@@ -620,4 +623,68 @@ fn watchdogs_share_a_table_across_threads() {
     assert_eq!(c[counter::SCAN], 1);
     assert_eq!(c[counter::DEAD_REPORTED], 1);
     assert_eq!(c[counter::REGISTER], 1);
+}
+
+#[test]
+fn registering_for_another_pid_records_that_process() {
+    use cxc_sync::liveness::{Identity, Liveness, liveness};
+    let dir = tempfile::tempdir().unwrap();
+    let t = HeartbeatTable::create(dir.path().join("hb.cxc"), 2).unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let s = t.register(child.id()).unwrap();
+    assert!(
+        t.mark_in_flight(s, 4),
+        "the registering handle acts for its registration"
+    );
+    let recorded = t.snapshot(s).unwrap().identity;
+    assert_eq!(Some(recorded), Identity::of_pid(child.id()));
+    assert_ne!(recorded, Identity::current());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(liveness(&recorded), Liveness::Dead);
+    // Within grace, the OS identity alone reports the dead process.
+    let w = FailoverWatchdog::with_grace(&t, 1_000_000);
+    let t0 = std::time::Instant::now();
+    loop {
+        let r = w.scan();
+        if !r.dead_slots.is_empty() {
+            assert_eq!(r.dead_slots[0].0, s);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never reported");
+        std::thread::sleep(Duration::from_millis(12));
+    }
+    assert_eq!(w.reclaim(s), 1 << 4);
+}
+
+#[test]
+fn a_forked_child_cannot_act_for_its_parents_registration() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = HeartbeatTable::create(dir.path().join("hb.cxc"), 2).unwrap();
+    let s = t.register(std::process::id()).unwrap();
+    assert!(t.mark_in_flight(s, 1));
+    // SAFETY: the child only calls the table's worker API (allocation-free: atomics on
+    // the mapping, the identity cache, /proc read into stack buffers) and leaves with
+    // _exit; it takes no lock another thread of the parent may hold.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let acted = t.beat(s) || t.mark_in_flight(s, 2) || t.clear_in_flight(s, 1);
+        // SAFETY: ends the forked child at once, running no destructors or atexit hooks.
+        unsafe { libc::_exit(i32::from(acted)) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child with a valid pointer for the status.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status));
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "a forked child acted for its parent's registration"
+    );
+    assert_eq!(t.snapshot(s).unwrap().in_flight_bitmap, 1 << 1);
+    assert!(t.beat(s), "the parent still owns its registration");
 }

@@ -344,7 +344,7 @@ fn os_dead_worker_detected_within_grace_and_idle_slot_reused() {
     let dead: Vec<_> = first.dead_slots.iter().chain(&second.dead_slots).collect();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].0, busy_slot);
-    assert_ne!(dead[0].1.start_time, 0);
+    assert!(dead[0].1.identity.is_known());
     assert_eq!(table.counters()[counter::OS_DEAD_DETECTED], 1);
     assert_eq!(watchdog.reclaim(busy_slot), 1 << 3);
 

@@ -337,10 +337,11 @@ fn forge(path: &std::path::Path, params: [u64; 4], avail: u64) {
 fn open_validates_params() {
     let d = dir();
     for (i, (params, name)) in [
-        ([0, 1, 0, 0], "max_permits"),
-        ([1 << 24, 1, 0, 0], "max_permits"),
-        ([4, 2, 0, 0], "protocol"),
-        ([4, 1, 0, 9], "reserved param 3"),
+        ([0, 2, 0, 0], "max_permits"),
+        ([1 << 24, 2, 0, 0], "max_permits"),
+        ([4, 1, 0, 0], "protocol"),
+        ([4, 3, 0, 0], "protocol"),
+        ([4, 2, 0, 9], "reserved param 3"),
     ]
     .into_iter()
     .enumerate()
@@ -348,8 +349,14 @@ fn open_validates_params() {
         let path = d.path().join(format!("bad{i}"));
         forge(&path, params, 0);
         match SharedSemaphore::open(&path) {
-            Err(SemaphoreError::File(MmfError::ParamMismatch { name: n, .. })) => {
-                assert_eq!(n, name)
+            Err(SemaphoreError::File(e @ MmfError::ParamMismatch { name: n, .. })) => {
+                assert_eq!(n, name);
+                if name == "protocol" {
+                    // The message names the version read and the one found.
+                    let text = e.to_string();
+                    assert!(text.contains("version 2"), "{text}");
+                    assert!(text.contains(&format!("version {}", params[1])), "{text}");
+                }
             }
             other => panic!("{params:?}: expected a {name} mismatch, got {other:?}"),
         }
@@ -357,21 +364,13 @@ fn open_validates_params() {
 }
 
 #[test]
-fn other_pid_namespace_runs_untracked() {
+fn other_pid_namespace_is_refused_at_open() {
     let d = dir();
     let path = d.path().join("s");
     // Created "in another pid namespace" (an id no namespace has).
-    forge(&path, [2, 1, 1, 0], 2);
-    let sem = SharedSemaphore::open(&path).unwrap();
-    let p = sem.acquire();
-    assert_eq!(sem.available(), 1);
-    assert!(sem.holders().is_empty(), "registered despite foreign pids");
-    assert!(matches!(
-        sem.register(),
-        Err(SemaphoreError::ForeignPidNamespace { expected: 1, .. })
-    ));
-    assert_eq!(sem.reclaim_dead(), 0);
-    drop(p);
-    assert_eq!(sem.available(), 2);
-    assert!(sem.stats().untracked >= 1);
+    forge(&path, [2, 2, 1, 0], 2);
+    match SharedSemaphore::open(&path) {
+        Err(SemaphoreError::ForeignPidNamespace { expected: 1, found }) => assert_ne!(found, 1),
+        other => panic!("expected ForeignPidNamespace, got {other:?}"),
+    }
 }

@@ -323,7 +323,14 @@ fn sigkill_storm_conserves_permits() {
         max,
         "permits lost or duplicated by a crash"
     );
-    assert!(sem.holders().is_empty(), "dead holders' slots not freed");
+    // Only this process (registered at create) is left in the table.
+    let holders = sem.holders();
+    assert!(
+        holders
+            .iter()
+            .all(|h| h.pid == std::process::id() && h.held == 0),
+        "dead holders' slots not freed: {holders:?}"
+    );
     // Every permit can be taken again, and no more.
     let ps: Vec<_> = (0..max).map(|_| sem.try_acquire().unwrap()).collect();
     assert!(sem.try_acquire().is_none());
@@ -391,23 +398,20 @@ fn blocked_acquirer_sleeps_in_the_kernel() {
     assert_eq!(sem.available(), 1);
 }
 
-/// Child role: find the one-slot table taken by the live parent; still work, untracked.
-fn untracked_worker() {
-    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
-    let full = matches!(
-        sem.register(),
-        Err(cxc_sync::SemaphoreError::TableFull { capacity: 1 })
-    );
-    let p = sem.acquire();
-    let took = sem.available() == 0;
-    drop(p);
-    report(&format!("RESULT {full} {took}"));
+/// Child role: find the one-slot table taken by the live parent: refused at open.
+fn table_full_worker() {
+    let line = match SharedSemaphore::open(env_path(SEM)) {
+        Err(cxc_sync::SemaphoreError::TableFull { capacity }) => format!("RESULT full {capacity}"),
+        Err(e) => format!("RESULT error {e}"),
+        Ok(_) => "RESULT opened".to_string(),
+    };
+    report(&line);
 }
 
 #[test]
-fn full_holder_table_runs_untracked() {
+fn full_holder_table_is_refused_at_open() {
     if role().is_some() {
-        return untracked_worker();
+        return table_full_worker();
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sem");
@@ -415,16 +419,16 @@ fn full_holder_table_runs_untracked() {
     let sem = SharedSemaphore::create_with(&path, 1, 1, &opts).unwrap();
     sem.register().unwrap();
     let mut kid = spawn(
-        "full_holder_table_runs_untracked",
-        "untracked",
+        "full_holder_table_is_refused_at_open",
+        "full",
         &path,
         None,
         0,
     );
     let line = wait_for_line(&mut kid, "RESULT");
     assert!(kid.child.wait().unwrap().success());
-    assert_eq!(line, "RESULT true true");
+    assert_eq!(line, "RESULT full 1");
     assert_eq!(sem.available(), 1);
     assert_eq!(sem.holders().len(), 1);
-    assert_eq!(sem.stats().untracked, 1);
+    assert_eq!(sem.stats().table_full, 1);
 }

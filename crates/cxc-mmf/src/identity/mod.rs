@@ -107,31 +107,10 @@ impl Identity {
     /// is no such process or it cannot be identified. (A zombie is identified: its
     /// liveness is then Dead.)
     pub fn of_pid(pid: u32) -> Option<Identity> {
-        let me = cache::facts();
-        if pid == me.pid {
-            return Some(Identity::current()).filter(Identity::is_known);
+        match lookup_pid(pid, fallback_active()) {
+            PidLookup::Found(id) => Some(id),
+            PidLookup::NoProcess | PidLookup::Unknown => None,
         }
-        let boot = boot();
-        if pid == 0 || boot == 0 {
-            return None;
-        }
-        let unique = if fallback_active() {
-            if !me.proc_ours {
-                return None;
-            }
-            match procfs::stat_of(pid, None)? {
-                (ProcStatus::Live { .. } | ProcStatus::Zombie, s) if s != 0 => FALLBACK_BIT | s,
-                _ => return None,
-            }
-        } else {
-            pidfd::ino_of_pid(pid)?
-        };
-        Some(Identity {
-            pid,
-            pidns: me.pidns,
-            boot,
-            unique,
-        })
     }
 
     /// Whether the identity names a process at all: `pid`, `unique` and `boot` are set.
@@ -163,6 +142,55 @@ impl Identity {
     pub fn is_fallback(&self) -> bool {
         self.unique & FALLBACK_BIT != 0
     }
+}
+
+/// What [`lookup_pid`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PidLookup {
+    /// The process that has the pid now (possibly a zombie).
+    Found(Identity),
+    /// No process of our pid namespace has the pid.
+    NoProcess,
+    /// The OS could not tell (no pidfs for the pidfs form, `/proc` not ours or missing for
+    /// the fallback form, pid 0).
+    Unknown,
+}
+
+/// The identity of the process that has `pid` in our namespace now, in the fallback form
+/// (`fallback`: pid + start time) or the pidfs form, whatever [`fallback_active`] says.
+/// Lets a caller compare with a record of either form.
+pub fn lookup_pid(pid: u32, fallback: bool) -> PidLookup {
+    let me = cache::facts();
+    let boot = boot();
+    if pid == 0 || boot == 0 {
+        return PidLookup::Unknown;
+    }
+    let unique = if fallback {
+        if !me.proc_ours {
+            return PidLookup::Unknown;
+        }
+        match procfs::stat_of(pid, None) {
+            Some((ProcStatus::Live { .. } | ProcStatus::Zombie, s)) if s != 0 => FALLBACK_BIT | s,
+            Some((ProcStatus::Gone, _)) => return PidLookup::NoProcess,
+            _ => return PidLookup::Unknown,
+        }
+    } else {
+        match pidfd::open(pid) {
+            Ok(fd) => match pidfd::ino_of(&fd) {
+                Some(ino) => ino,
+                None => return PidLookup::Unknown,
+            },
+            // No such process, or the pid is a thread of another process.
+            Err(Errno::SRCH) | Err(Errno::INVAL) => return PidLookup::NoProcess,
+            Err(_) => return PidLookup::Unknown,
+        }
+    };
+    PidLookup::Found(Identity {
+        pid,
+        pidns: me.pidns,
+        boot,
+        unique,
+    })
 }
 
 /// The verdict on a recorded identity.

@@ -12,9 +12,14 @@
 //!            pid          generation    FENCED
 //! lo / hi    63........32 31..................0
 //!            tag          in-flight bits 0..31 (lo) / 32..63 (hi)
-//! ident      63........24 23..........0
-//!            start time   generation & 0xFF_FFFF
+//! id_gen     63........31 30..........0
+//!            0            generation the id_* words belong to (0: being written)
 //! ```
+//!
+//! `id_unique`, `id_pidns`, `id_boot` hold the [`Identity`](cxc_mmf::identity::Identity)
+//! of the process the slot was registered for (its pid is the owner word's); they are
+//! written like a seqlock after the owner CAS and read only when `id_gen` names the
+//! owner word's generation before and after the read.
 //!
 //! A *tag* is the low half of an owner word (`generation << 1 | FENCED`). A bitmap half is
 //! writable by a worker only while its tag is the worker's live tag, so every worker write
@@ -35,10 +40,6 @@ pub const MAX_CAPACITY: usize = 65_536;
 pub(crate) const FENCED_BIT: u64 = 1;
 /// Generations are 31 bits wide.
 pub(crate) const GEN_MASK: u32 = 0x7FFF_FFFF;
-/// Bits of the generation kept in the `ident` word.
-pub(crate) const IDENT_GEN_MASK: u64 = 0xFF_FFFF;
-/// Start times at or above this do not fit the `ident` word and are stored as unknown.
-pub(crate) const IDENT_START_LIMIT: u64 = 1 << 40;
 
 /// Builds an owner word.
 #[inline]
@@ -105,27 +106,6 @@ pub(crate) const fn half_bits(half: u64) -> u32 {
 pub(crate) const fn next_gen(generation: u32) -> u32 {
     let n = generation.wrapping_add(1) & GEN_MASK;
     if n == 0 { 1 } else { n }
-}
-
-/// Packs a start time and generation into an `ident` word.
-#[inline]
-pub(crate) const fn ident_word(start_time: u64, generation: u32) -> u64 {
-    let start = if start_time < IDENT_START_LIMIT {
-        start_time
-    } else {
-        0
-    };
-    (start << 24) | (generation as u64 & IDENT_GEN_MASK)
-}
-
-/// The start time in an `ident` word if it was written for `generation`, else 0 (unknown).
-#[inline]
-pub(crate) const fn ident_start(ident: u64, generation: u32) -> u64 {
-    if ident & IDENT_GEN_MASK == generation as u64 & IDENT_GEN_MASK {
-        ident >> 24
-    } else {
-        0
-    }
 }
 
 /// Indices into the heartbeat file's `counters` array (cumulative event counts, transitions and slow
@@ -212,18 +192,20 @@ pub(crate) struct HeartbeatHead {
 /// | 8      | `last_seen`  | epoch of the last beat (monotone per registration)   |
 /// | 16     | `lo`         | tag / in-flight bits 0..31                           |
 /// | 24     | `hi`         | tag / in-flight bits 32..63                          |
-/// | 32     | `ident`      | start time of the registering process / generation   |
-/// | 40     | `registered` | epoch at registration (diagnostics)                  |
-/// | 48     | `_reserved`  | zero                                                 |
+/// | 32     | `id_unique`  | identity of the registered process: pidfs inode or start time |
+/// | 40     | `id_pidns`   | identity: pid namespace inode                        |
+/// | 48     | `id_boot`    | identity: boot id hash                               |
+/// | 56     | `id_gen`     | generation the `id_*` words belong to (0: being written) |
 #[repr(C, align(64))]
 pub(crate) struct HeartbeatSlot {
     pub(crate) owner: AtomicU64,
     pub(crate) last_seen: AtomicU64,
     pub(crate) lo: AtomicU64,
     pub(crate) hi: AtomicU64,
-    pub(crate) ident: AtomicU64,
-    pub(crate) registered: AtomicU64,
-    pub(crate) _reserved: [AtomicU64; 2],
+    pub(crate) id_unique: AtomicU64,
+    pub(crate) id_pidns: AtomicU64,
+    pub(crate) id_boot: AtomicU64,
+    pub(crate) id_gen: AtomicU64,
 }
 
 #[cfg(not(cxc_loom))]
@@ -252,9 +234,10 @@ impl HeartbeatSlot {
             last_seen: AtomicU64::new(0),
             lo: AtomicU64::new(half_word(fenced_tag(0), 0)),
             hi: AtomicU64::new(half_word(fenced_tag(0), 0)),
-            ident: AtomicU64::new(0),
-            registered: AtomicU64::new(0),
-            _reserved: [AtomicU64::new(0), AtomicU64::new(0)],
+            id_unique: AtomicU64::new(0),
+            id_pidns: AtomicU64::new(0),
+            id_boot: AtomicU64::new(0),
+            id_gen: AtomicU64::new(0),
         }
     }
 }
@@ -277,8 +260,5 @@ mod tests {
         assert_eq!(half_bits(h), 0x8000_0001);
         assert_eq!(next_gen(GEN_MASK), 1);
         assert_eq!(next_gen(0), 1);
-        assert_eq!(ident_start(ident_word(777, 5), 5), 777);
-        assert_eq!(ident_start(ident_word(777, 5), 6), 0);
-        assert_eq!(ident_start(ident_word(IDENT_START_LIMIT, 5), 5), 0);
     }
 }

@@ -6,14 +6,27 @@
 use loom::sync::Arc;
 use loom::thread;
 
+use cxc_mmf::identity::{FALLBACK_BIT, Identity};
+
 use super::layout::*;
 use super::slot::{Claim, ClaimRule, is_reportable};
+
+/// An identity for `pid` with start time `start` (fallback form; 0 = unknown).
+fn id(pid: u32, start: u64) -> Identity {
+    Identity {
+        pid,
+        pidns: 1,
+        boot: 1,
+        unique: if start == 0 { 0 } else { FALLBACK_BIT | start },
+    }
+}
 use crate::primitive::Ordering;
 
 /// A slot registered for `pid` at epoch 1 with `bits` marked; returns its owner word.
 fn registered(pid: u32, bits: &[u8]) -> (Arc<HeartbeatSlot>, u64) {
     let slot = HeartbeatSlot::new_free();
-    let Claim::Won { owner, .. } = slot.try_claim(pid, 0, 1, &ClaimRule::FreeOrFenced) else {
+    let Claim::Won { owner, .. } = slot.try_claim(pid, &id(pid, 0), 1, &ClaimRule::FreeOrFenced)
+    else {
         panic!("a fresh slot must be claimable");
     };
     for &b in bits {
@@ -114,12 +127,12 @@ fn loom_reclaim_vs_reregister_vs_stale_worker() {
         };
         let newcomer = {
             let slot = slot.clone();
-            thread::spawn(
-                move || match slot.try_claim(20, 0, 3, &ClaimRule::FreeOrFenced) {
+            thread::spawn(move || {
+                match slot.try_claim(20, &id(20, 0), 3, &ClaimRule::FreeOrFenced) {
                     Claim::Won { owner, .. } => Some((owner, slot.update_bit(owner, 1, true))),
                     Claim::No => None,
-                },
-            )
+                }
+            })
         };
         let c1 = slot.update_bit(old, 1, false);
         let m5 = slot.update_bit(old, 5, true);
@@ -205,7 +218,7 @@ fn loom_snapshot_consistent_under_churn() {
                 assert!(slot.update_bit(first, 3, false));
                 assert!(slot.release(first));
                 if let Claim::Won { owner, .. } =
-                    slot.try_claim(20, 777, 7, &ClaimRule::FreeOrFenced)
+                    slot.try_claim(20, &id(20, 777), 7, &ClaimRule::FreeOrFenced)
                 {
                     assert!(slot.update_bit(owner, 9, true));
                 }
@@ -228,8 +241,10 @@ fn loom_snapshot_consistent_under_churn() {
                     // between says "unknown", never the previous registration's value,
                     // and a snapshot that sees the new registration's bits sees it.
                     assert!(s.start_time == 777 || s.start_time == 0);
+                    assert!(s.identity == id(20, 777) || s.identity == Identity::default());
                     if s.in_flight_bitmap != 0 {
                         assert_eq!(s.start_time, 777);
+                        assert_eq!(s.identity, id(20, 777));
                     }
                 }
                 0 => {
@@ -251,15 +266,16 @@ fn loom_snapshot_consistent_under_churn() {
 fn loom_os_dead_reuse_vs_fence() {
     loom::model(|| {
         let slot = Arc::new(HeartbeatSlot::new_free());
-        let Claim::Won { owner: old, .. } = slot.try_claim(10, 555, 1, &ClaimRule::FreeOrFenced)
+        let Claim::Won { owner: old, .. } =
+            slot.try_claim(10, &id(10, 555), 1, &ClaimRule::FreeOrFenced)
         else {
             panic!("a fresh slot must be claimable");
         };
         let registrant = {
             let slot = slot.clone();
             thread::spawn(move || {
-                let dead = |pid: u32, start: u64| pid == 10 && start == 555;
-                slot.try_claim(30, 0, 2, &ClaimRule::OsDead(&dead))
+                let dead = |i: &Identity| *i == id(10, 555);
+                slot.try_claim(30, &id(30, 0), 2, &ClaimRule::OsDead(&dead))
             })
         };
         let fenced = slot.fence(old);
@@ -278,7 +294,7 @@ fn loom_os_dead_reuse_vs_fence() {
                 assert_eq!((snap.pid, snap.fenced), (10, true));
                 // The fenced, empty slot is reusable the ordinary way.
                 assert!(matches!(
-                    slot.try_claim(30, 0, 2, &ClaimRule::FreeOrFenced),
+                    slot.try_claim(30, &id(30, 0), 2, &ClaimRule::FreeOrFenced),
                     Claim::Won { .. }
                 ));
             }

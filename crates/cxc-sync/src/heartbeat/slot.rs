@@ -16,6 +16,8 @@
 //!   Generations only grow, so a watchdog acting on an old snapshot fails its CAS or its
 //!   tag check instead of touching the new registration.
 
+use cxc_mmf::identity::{FALLBACK_BIT, Identity};
+
 use super::layout::*;
 use crate::primitive::{AtomicU64, Ordering, fence, spin_hint};
 
@@ -38,9 +40,13 @@ pub struct HeartbeatSnapshot {
     /// The slot was fenced: declared dead by a watchdog (or unregistered with bits left).
     /// Its worker's `beat`/`mark_in_flight`/`clear_in_flight` fail.
     pub fenced: bool,
-    /// Start time of the registered process (clock ticks since boot) when it registered
-    /// its own pid; 0 when unknown.
+    /// Start time of the registered process (clock ticks since boot) when its recorded
+    /// identity has the fallback form; 0 otherwise (pidfs identity, or unknown).
     pub start_time: u64,
+    /// Identity of the process the slot was registered for, looked up at registration;
+    /// unknown (`!is_known()`) for a pid that could not be identified, or for a snapshot
+    /// taken while the registration was still writing it.
+    pub identity: Identity,
 }
 
 impl HeartbeatSnapshot {
@@ -52,7 +58,7 @@ impl HeartbeatSnapshot {
             .then(|| owner_word(self.pid, self.generation as u32, self.fenced))
     }
 
-    fn build(owner: u64, lo: u64, hi: u64, last_seen: u64, ident: u64) -> Self {
+    fn build(owner: u64, lo: u64, hi: u64, last_seen: u64, identity: Identity) -> Self {
         let pid = pid_of(owner);
         let generation = gen_of(owner);
         let bits = |half: u64| {
@@ -68,10 +74,15 @@ impl HeartbeatSnapshot {
             in_flight_bitmap: bits(lo) | (bits(hi) << 32),
             generation: u64::from(generation),
             fenced: pid != 0 && is_fenced(owner),
-            start_time: if pid != 0 {
-                ident_start(ident, generation)
+            start_time: if pid != 0 && identity.is_fallback() {
+                identity.unique & !FALLBACK_BIT
             } else {
                 0
+            },
+            identity: if pid != 0 {
+                identity
+            } else {
+                Identity::default()
             },
         }
     }
@@ -92,8 +103,9 @@ pub(crate) fn is_reportable(snap: &HeartbeatSnapshot, now: u64, grace: u64, os_d
 pub(crate) enum ClaimRule<'a> {
     /// Free slots and fenced slots whose bits are all gone.
     FreeOrFenced,
-    /// Live slots with no bits whose process is dead by OS identity (`is_dead(pid, start)`).
-    OsDead(&'a dyn Fn(u32, u64) -> bool),
+    /// Live slots with no bits whose recorded process is dead by OS identity
+    /// (`is_dead(identity)`).
+    OsDead(&'a dyn Fn(&Identity) -> bool),
 }
 
 /// What `try_claim` did.
@@ -116,11 +128,11 @@ impl HeartbeatSlot {
     }
 
     /// Claims this slot for `pid` if `rule` allows it. `now` is the current epoch,
-    /// `start_time` the process start time to record (0: unknown).
+    /// `identity` the identity to record for `pid` (unknown allowed).
     pub(crate) fn try_claim(
         &self,
         pid: u32,
-        start_time: u64,
+        identity: &Identity,
         now: u64,
         rule: &ClaimRule<'_>,
     ) -> Claim {
@@ -131,12 +143,12 @@ impl HeartbeatSlot {
             ClaimRule::FreeOrFenced => pid_of(seen) == 0 || is_fenced(seen),
             ClaimRule::OsDead(is_dead) => {
                 pid_of(seen) != 0 && !is_fenced(seen) && {
-                    let start = ident_start(self.ident.load(Ordering::Acquire), generation);
+                    let id = self.identity(seen);
                     // Cheap test first: only empty slots are candidates.
-                    start != 0
+                    id.is_known()
                         && half_bits(self.lo.load(Ordering::Acquire)) == 0
                         && half_bits(self.hi.load(Ordering::Acquire)) == 0
-                        && is_dead(pid_of(seen), start)
+                        && is_dead(&id)
                 }
             }
         };
@@ -161,10 +173,8 @@ impl HeartbeatSlot {
         {
             return Claim::No;
         }
-        self.registered.store(now, Ordering::Relaxed);
-        self.ident
-            .store(ident_word(start_time, new_gen), Ordering::Release);
-        // SYNC: half-retag. Release: the ident and last_seen stores above are visible to
+        self.write_identity(identity, new_gen);
+        // SYNC: half-retag. Release: the identity and last_seen stores above are visible to
         // anyone who Acquire-loads a half carrying the new live tag (or a later value in
         // its release sequence, i.e. after a worker's mark).
         let tag = live_tag(new_gen);
@@ -173,6 +183,45 @@ impl HeartbeatSlot {
         Claim::Won {
             owner: new,
             reused: generation != 0,
+        }
+    }
+
+    /// Records `identity` for generation `generation` (seqlock-style: `id_gen` is 0 while
+    /// the words change). Called only by the registrant that won the owner CAS.
+    fn write_identity(&self, identity: &Identity, generation: u32) {
+        self.id_gen.store(0, Ordering::Relaxed);
+        // SYNC: slot-identity. The Release fence orders the `id_gen = 0` store before the
+        // word stores: a reader that sees a new word also sees `id_gen` != the old value.
+        fence(Ordering::Release);
+        self.id_unique.store(identity.unique, Ordering::Relaxed);
+        self.id_pidns.store(identity.pidns, Ordering::Relaxed);
+        self.id_boot.store(identity.boot, Ordering::Relaxed);
+        // SYNC: slot-identity (Release; pairs with the Acquire load in `identity`).
+        self.id_gen.store(u64::from(generation), Ordering::Release);
+    }
+
+    /// The identity recorded for the registration `owner` (its pid is the owner word's);
+    /// unknown if the words belong to another generation or are being written.
+    pub(crate) fn identity(&self, owner: u64) -> Identity {
+        let generation = u64::from(gen_of(owner));
+        // SYNC: slot-identity (Acquire; pairs with the Release store in `write_identity`).
+        let g1 = self.id_gen.load(Ordering::Acquire);
+        if g1 != generation || pid_of(owner) == 0 {
+            return Identity::default();
+        }
+        let unique = self.id_unique.load(Ordering::Relaxed);
+        let pidns = self.id_pidns.load(Ordering::Relaxed);
+        let boot = self.id_boot.load(Ordering::Relaxed);
+        // SYNC: slot-identity. Keeps the word loads before the re-read of `id_gen`.
+        fence(Ordering::Acquire);
+        if self.id_gen.load(Ordering::Relaxed) != g1 {
+            return Identity::default();
+        }
+        Identity {
+            pid: pid_of(owner),
+            pidns,
+            boot,
+            unique,
         }
     }
 
@@ -371,17 +420,17 @@ impl HeartbeatSlot {
         for _ in 0..SNAPSHOT_RETRIES {
             // SYNC: owner-claim / half-retag. The first owner load and the half loads are
             // Acquire (a new registration's owner word or live tag brings its last_seen
-            // and ident along); the Acquire fence keeps every field load before the
+            // and identity along); the Acquire fence keeps every field load before the
             // re-read of the owner word.
             let o1 = self.owner.load(Ordering::Acquire);
             let lo = self.lo.load(Ordering::Acquire);
             let hi = self.hi.load(Ordering::Acquire);
             let last_seen = self.last_seen.load(Ordering::Relaxed);
-            let ident = self.ident.load(Ordering::Relaxed);
+            let identity = self.identity(o1);
             fence(Ordering::Acquire);
             let o2 = self.owner.load(Ordering::Relaxed);
             if o1 == o2 {
-                return Some(HeartbeatSnapshot::build(o1, lo, hi, last_seen, ident));
+                return Some(HeartbeatSnapshot::build(o1, lo, hi, last_seen, identity));
             }
             spin_hint();
         }

@@ -9,11 +9,13 @@ use super::error::HeartbeatError;
 use super::layout::*;
 use super::slot::{Claim, ClaimRule, HeartbeatSnapshot};
 use crate::epoch::{EpochClock, EpochMode};
-use crate::liveness::{self, Liveness};
+use crate::liveness::{self, Identity, Liveness};
 use crate::primitive::Ordering;
 
-/// Version of the slot protocol, stored in header parameter 2.
-pub(crate) const PROTOCOL_VERSION: u64 = 1;
+/// Version of the slot layout and protocol, stored in header parameter 2. Version 2
+/// records the registered process's full [`Identity`] in each slot (version 1 kept a
+/// 40-bit start time); files of another version are refused.
+pub(crate) const PROTOCOL_VERSION: u64 = 2;
 const HEAD_SIZE: u32 = size_of::<HeartbeatHead>() as u32;
 const SLOT_SIZE: u32 = size_of::<HeartbeatSlot>() as u32;
 
@@ -66,7 +68,10 @@ pub struct HeartbeatTable {
     map: Mapped<HeartbeatHead, HeartbeatSlot>,
     clock: EpochClock,
     /// Owner words of the registrations made through this handle (0: none), per slot.
+    /// Valid only in the process `mine_pid` (a child made by `fork` starts afresh).
     mine: Box<[LocalU64]>,
+    /// The process that made the registrations in `mine`.
+    mine_pid: std::sync::atomic::AtomicU32,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     observed: std::sync::atomic::AtomicBool,
 }
@@ -92,7 +97,11 @@ fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     if p[2] != PROTOCOL_VERSION {
         return Err(MmfError::ParamMismatch {
             name: "heartbeat_protocol",
-            expected: PROTOCOL_VERSION.to_string(),
+            expected: format!(
+                "{PROTOCOL_VERSION} (this build reads heartbeat format version \
+                 {PROTOCOL_VERSION} only; the file has version {})",
+                p[2]
+            ),
             found: p[2],
         });
     }
@@ -217,6 +226,7 @@ impl HeartbeatTable {
             map,
             clock: EpochClock::new(epoch),
             mine,
+            mine_pid: std::sync::atomic::AtomicU32::new(liveness::current_pid()),
             observed: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -254,9 +264,14 @@ impl HeartbeatTable {
     }
 
     /// Registers a worker and returns its slot. A free slot, a fenced (reclaimed) slot
-    /// whose bits are gone, or a slot whose process is dead by OS identity and holds no
-    /// bits is taken. When `pid` is this process's own id, its start time is recorded so
-    /// that watchdogs and later registrations can tell when it dies (pid reuse included).
+    /// whose bits are gone, or a slot whose recorded process is dead by OS identity and
+    /// holds no bits is taken.
+    ///
+    /// The slot records the [`Identity`] of the process `pid` names now (this process's
+    /// own when `pid` is its pid, else looked up; unknown if `pid` names no process of our
+    /// pid namespace), so watchdogs and later registrations can tell when it dies (the
+    /// whole thread group; a reused pid is another process), and only that process (or
+    /// this handle in this process) can act for the slot.
     ///
     /// # Errors
     /// [`HeartbeatError::InvalidPid`] for pid 0; [`HeartbeatError::TableFull`].
@@ -264,13 +279,27 @@ impl HeartbeatTable {
         if pid == 0 {
             return Err(HeartbeatError::InvalidPid);
         }
-        let start = liveness::start_time_for(pid);
+        let me = liveness::current_pid();
+        if self.mine_pid.load(std::sync::atomic::Ordering::Relaxed) != me {
+            // A child made by `fork`: the registrations of the parent are not ours.
+            for m in self.mine.iter() {
+                m.store(0, Ordering::Relaxed);
+            }
+            self.mine_pid
+                .store(me, std::sync::atomic::Ordering::Relaxed);
+        }
+        let identity = if pid == me {
+            Identity::current()
+        } else {
+            Identity::of_pid(pid).unwrap_or_default()
+        };
+        let identity = Identity { pid, ..identity };
         let now = self.global_epoch();
-        let is_dead = |p: u32, s: u64| liveness::check(p, s) == Liveness::Dead;
+        let is_dead = |id: &Identity| liveness::liveness(id) == Liveness::Dead;
         let rules = [ClaimRule::FreeOrFenced, ClaimRule::OsDead(&is_dead)];
         for (pass, rule) in rules.iter().enumerate() {
             for (i, slot) in self.map.slots().iter().enumerate() {
-                if let Claim::Won { owner, reused } = slot.try_claim(pid, start, now, rule) {
+                if let Claim::Won { owner, reused } = slot.try_claim(pid, &identity, now, rule) {
                     self.mine[i].store(owner, Ordering::Relaxed);
                     self.bump(counter::REGISTER, 1);
                     self.note(cxc_sidecar::OpCode::HeartbeatRegister, 0, i as u64);
@@ -362,24 +391,36 @@ impl HeartbeatTable {
         snap
     }
 
-    /// The registration this handle acts for at `slot`: the one it made, else a live
-    /// registration of this process's own pid; 0 if none.
+    /// The registration this handle acts for at `slot`: the one it made (in this
+    /// process), else a live registration recorded for this very process's identity; 0 if
+    /// none.
     #[inline]
     fn expected(&self, slot: usize) -> u64 {
         match self.mine.get(slot).map(|m| m.load(Ordering::Relaxed)) {
             Some(0) => self.adopt(slot),
-            Some(w) => w,
+            Some(w)
+                if self.mine_pid.load(std::sync::atomic::Ordering::Relaxed)
+                    == liveness::current_pid() =>
+            {
+                w
+            }
+            Some(_) => self.adopt(slot),
             None => 0,
         }
     }
 
+    /// A live registration of `slot` whose recorded identity is this process's (a known
+    /// identity: same pid, pid namespace, boot and pidfs inode or start time). A process
+    /// that merely has the pid of a dead worker has another identity and adopts nothing.
     #[cold]
     fn adopt(&self, slot: usize) -> u64 {
         let Some(s) = self.map.slot(slot) else {
             return 0;
         };
         let owner = s.owner.load(Ordering::Acquire);
-        if pid_of(owner) == liveness::current_pid() && !is_fenced(owner) {
+        let me = Identity::current();
+        if pid_of(owner) == me.pid && !is_fenced(owner) && me.is_known() && s.identity(owner) == me
+        {
             owner
         } else {
             0

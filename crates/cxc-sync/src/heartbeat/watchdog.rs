@@ -161,9 +161,9 @@ impl<'a> FailoverWatchdog<'a> {
                     *prev = (owner, last_seen);
                     continue; // beating: alive
                 }
-                let start = ident_start(slot.ident.load(Ordering::Acquire), gen_of(owner));
-                os_dead =
-                    start != 0 && crate::liveness::check(pid_of(owner), start) == Liveness::Dead;
+                // Dead = the recorded process's whole thread group is gone (or its pid now
+                // names another process); an unknown identity is never dead.
+                os_dead = crate::liveness::liveness(&slot.identity(owner)) == Liveness::Dead;
                 if !os_dead {
                     continue;
                 }
@@ -287,8 +287,7 @@ impl<'a> FailoverWatchdog<'a> {
                 continue;
             }
             let stale = now.saturating_sub(snap.last_seen_epoch) > self.grace
-                || (snap.start_time != 0
-                    && crate::liveness::check(snap.pid, snap.start_time) == Liveness::Dead);
+                || crate::liveness::liveness(&snap.identity) == Liveness::Dead;
             if stale && slot.fence(seen) == Some(true) {
                 // Close the halves; bits that raced in stay and make the slot reportable.
                 slot.retag_fenced(gen_of(seen), 0);

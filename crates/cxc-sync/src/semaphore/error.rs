@@ -30,14 +30,18 @@ pub enum SemaphoreError {
         /// The largest capacity the file format can hold.
         limit: u32,
     },
-    /// Every holder slot belongs to a live process, so this process cannot be tracked.
-    #[error("holder table full: all {capacity} slots belong to live processes")]
+    /// Every holder slot belongs to a live process, so this process cannot be tracked
+    /// (and so may not take permits).
+    #[error(
+        "holder table full: all {capacity} slots belong to live processes (create the file \
+         with a larger SemaphoreOptions::holders)"
+    )]
     TableFull {
         /// The table's capacity.
         capacity: u32,
     },
     /// This process is in another pid namespace than the file's creator, so its pid
-    /// cannot be checked by the others (nor theirs by it): it runs untracked.
+    /// cannot be checked by the others (nor theirs by it): it may not use the file.
     #[error(
         "pid namespace mismatch: file created in namespace {expected}, this process is in {found}"
     )]
@@ -56,9 +60,9 @@ pub enum SemaphoreError {
 pub struct SemaphoreOptions {
     /// Permission bits of the new file (default `0o600`).
     pub mode: u32,
-    /// Holder-table capacity: how many processes can hold permits with crash recovery
-    /// at once (default 64; at most `SharedSemaphore::MAX_HOLDERS`). A process that finds
-    /// the table full of live processes still works, untracked.
+    /// Holder-table capacity: how many processes can use the semaphore at once (default
+    /// 64; at most `SharedSemaphore::MAX_HOLDERS`). A process that finds the table full
+    /// of live processes is refused at `open` with `SemaphoreError::TableFull`.
     pub holders: u32,
     /// How long `open`/`create_or_open` wait for a concurrent creator (default 2 s).
     pub init_timeout: Duration,

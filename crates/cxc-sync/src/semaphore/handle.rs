@@ -10,8 +10,10 @@ use super::layout::{HEAD_SIZE, HolderSlot, SLOT_SIZE, SemHead};
 use super::raw::RawSemaphore;
 use super::word;
 
-/// Protocol code in `params[1]`: the bit layouts of `word.rs`, version 1.
-const PROTOCOL: u64 = 1;
+/// Format version in `params[1]`: the bit layouts of `word.rs`. Version 2: two `OP` bits
+/// and a 28-bit `SEQ` in the count word, the handed book in the head, identity tags in
+/// owner words (version 1: one `OP` bit, untracked transitions, start-time tags).
+const PROTOCOL: u64 = 2;
 /// A counting semaphore shared by processes through a mapped file.
 ///
 /// At most [`max_permits`](SharedSemaphore::max_permits) permits are out at any time,
@@ -39,12 +41,9 @@ const PROTOCOL: u64 = 1;
 pub struct SharedSemaphore {
     pub(super) map: Mapped<SemHead, HolderSlot>,
     pub(super) max: u32,
-    /// `(pid << 32) | (slot + 1)`, or `UNTRACKED` in the low half; 0 = not yet looked up.
-    /// Keyed by pid so a forked child looks its own slot up.
+    /// `(pid << 32) | (slot + 1)`; 0 = not yet looked up. Keyed by pid so a forked child
+    /// looks its own slot up.
     pub(super) holder: AtomicU64,
-    /// This process is in another pid namespace than the file's creator: pids in the
-    /// table cannot be checked here, so it neither registers nor reclaims.
-    pub(super) foreign: bool,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     pub(super) observed: std::sync::atomic::AtomicBool,
 }
@@ -63,7 +62,15 @@ fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
         ));
     }
     if p[1] != PROTOCOL {
-        return Err(mismatch("protocol", PROTOCOL.to_string(), p[1]));
+        return Err(mismatch(
+            "protocol",
+            format!(
+                "{PROTOCOL} (this build reads semaphore format version {PROTOCOL} only; the \
+                 file has version {})",
+                p[1]
+            ),
+            p[1],
+        ));
     }
     if p[3] != 0 {
         return Err(mismatch("reserved param 3", "0".into(), p[3]));
@@ -140,20 +147,38 @@ impl SharedSemaphore {
     ) -> Result<Self, SemaphoreError> {
         let layout = layout(initial, max_permits, opts)?;
         let map = Mapped::create(path, layout, &create_options(opts), |h: &SemHead, _| {
-            h.init(initial)
+            h.init(initial, max_permits)
         })?;
-        Ok(Self::from_map(map))
+        Self::from_map(map)
     }
 
     /// Opens an existing semaphore file; `max_permits` and the holder capacity are read
     /// from it.
     ///
+    /// The process is registered in the holder table at once (see
+    /// [`SharedSemaphore::register`]): a process never takes or returns permits untracked.
+    ///
     /// # Errors
     /// [`SemaphoreError::File`] for a missing, foreign, corrupt or incompatible file
-    /// (e.g. [`MmfError::ParamMismatch`] for an out-of-range `max_permits`).
+    /// (e.g. [`MmfError::ParamMismatch`] for an out-of-range `max_permits` or another
+    /// format version); [`SemaphoreError::TableFull`] if every holder slot belongs to a
+    /// live process; [`SemaphoreError::ForeignPidNamespace`] if the file was created in
+    /// another pid namespace.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SemaphoreError> {
         let map = Mapped::open(path, &expect(&check_params))?;
-        Ok(Self::from_map(map))
+        Self::from_map(map)
+    }
+
+    /// Opens an existing semaphore file for inspection (e.g. `cxc inspect`) without
+    /// taking a holder slot. The handle registers on first use instead: if the table is
+    /// then full, `try_acquire` returns `None` and `acquire` waits for a slot (it never
+    /// takes a permit untracked).
+    ///
+    /// # Errors
+    /// As [`SharedSemaphore::open`], except `TableFull`.
+    pub fn open_unregistered(path: impl AsRef<Path>) -> Result<Self, SemaphoreError> {
+        let map = Mapped::open(path, &expect(&check_params))?;
+        Self::from_map_lazy(map)
     }
 
     /// Creates the file, or opens it if it exists (or another process creates it at the
@@ -186,25 +211,31 @@ impl SharedSemaphore {
             layout,
             &create_options(opts),
             &expect(&check),
-            |h: &SemHead, _| h.init(initial),
+            |h: &SemHead, _| h.init(initial, max_permits),
         )?;
-        Ok((Self::from_map(map), origin))
+        Ok((Self::from_map(map)?, origin))
     }
 
-    fn from_map(map: Mapped<SemHead, HolderSlot>) -> Self {
+    /// The handle, with this process registered in the holder table.
+    fn from_map(map: Mapped<SemHead, HolderSlot>) -> Result<Self, SemaphoreError> {
+        let sem = Self::from_map_lazy(map)?;
+        sem.holder_slow()?;
+        Ok(sem)
+    }
+
+    /// The handle, not yet registered.
+    fn from_map_lazy(map: Mapped<SemHead, HolderSlot>) -> Result<Self, SemaphoreError> {
         // Validated by `check_params` (open) or `layout` (create).
         let max = u32::try_from(map.info().layout.params[0])
             .unwrap_or(word::MAX_PERMITS)
             .min(word::MAX_PERMITS);
-        let file_ns = map.info().layout.params[2];
-        let my_ns = pid_namespace();
-        SharedSemaphore {
+        super::holder::check_namespace(map.info().layout.params[2])?;
+        Ok(SharedSemaphore {
             map,
             max,
             holder: AtomicU64::new(0),
-            foreign: file_ns != 0 && my_ns != 0 && file_ns != my_ns,
             observed: std::sync::atomic::AtomicBool::new(false),
-        }
+        })
     }
 
     /// Records an observation if a `SidecarBox` observes this handle.

@@ -9,11 +9,13 @@
 //! | 0      | `count`     | `u64`         | count word (`word::CountWord`)              |
 //! | 8      | `wake`      | `u32`         | futex word: bit 0 sleepers flag, bits 1.. wake sequence |
 //! | 12     | reserved    | `u32`         | 0                                           |
-//! | 16     | reserved    | `[u64; 6]`    | 0                                           |
+//! | 16     | `handed`    | `u64`         | handed book (`word::BookWord`): permits disowned, not yet released |
+//! | 24     | reserved    | `[u64; 5]`    | 0                                           |
 //! | 64     | `counters`  | `[u64; 16]`   | cumulative event counters (`ctr::*`)        |
 //!
-//! Slot: `owner: u64` at 0 (`word::owner_word`), `book: u64` at 8 (`word::BookWord`),
-//! 48 reserved bytes, so each process's book sits on its own cache line.
+//! Slot: `owner: u64` at 0 (`word::owner_word`: pid and identity tag), `book: u64` at 8
+//! (`word::BookWord`), 48 reserved bytes, so each process's book sits on its own cache
+//! line.
 
 use crate::primitive::{AtomicU32, AtomicU64};
 
@@ -25,7 +27,9 @@ pub(crate) struct SemHead {
     /// The futex word blocked acquirers sleep on.
     pub(crate) wake: AtomicU32,
     _reserved0: AtomicU32,
-    _reserved1: [AtomicU64; 6],
+    /// The handed book: permits handed off by `Permit::disown`, not yet released.
+    pub(crate) handed: AtomicU64,
+    _reserved1: [AtomicU64; 5],
     /// Cumulative event counters, incremented on slow paths only (indices in [`ctr`]).
     pub(crate) counters: [AtomicU64; 16],
     /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
@@ -54,12 +58,14 @@ const _: () = {
     assert!(size_of::<SemHead>() == HEAD_SIZE as usize);
     assert!(size_of::<HolderSlot>() == SLOT_SIZE as usize);
     assert!(std::mem::offset_of!(SemHead, wake) == 8);
+    assert!(std::mem::offset_of!(SemHead, handed) == 16);
     assert!(std::mem::offset_of!(SemHead, counters) == 64);
     assert!(std::mem::offset_of!(HolderSlot, book) == 8);
 };
 
 // SAFETY: `SemHead` is `repr(C)`, made only of `AtomicU64`/`AtomicU32` fields laid out
-// without padding (size asserted above: 8 + 4 + 4 + 48 + 128 = 192, alignment 64), and
+// without padding (size asserted above: 8 + 4 + 4 + 8 + 40 + 128 = 192, then the
+// sidecar blocks, alignment 64), and
 // every bit pattern is a valid value of every field.
 #[cfg(not(cxc_loom))]
 unsafe impl cxc_mmf::AtomicView for SemHead {}
@@ -86,15 +92,19 @@ pub(crate) mod ctr {
     pub(crate) const RECLAIMED_HOLDERS: usize = 6;
     /// Holder slots registered.
     pub(crate) const REGISTERED: usize = 7;
-    /// A process found the holder table full and runs untracked (no crash recovery).
-    pub(crate) const UNTRACKED: usize = 8;
+    /// A registration found the holder table full of live processes and was refused.
+    pub(crate) const TABLE_FULL: usize = 8;
     /// Reclaim scans over the holder table.
     pub(crate) const RECLAIM_SCANS: usize = 9;
-    /// Held counts dropped by reclaim because the pool was already full (permits handed
-    /// to another process and released there).
+    /// Held counts dropped by reclaim because the pool was already full (only a corrupt
+    /// file can get there: every permit out is held or handed).
     pub(crate) const OVER_HELD: usize = 10;
+    /// Releases refused because the caller held no permit and none was handed off.
+    pub(crate) const NOT_HELD_REJECTED: usize = 11;
+    /// Permits handed off with `Permit::disown`.
+    pub(crate) const DISOWNED: usize = 12;
     /// Names of the counters in use, by index.
-    pub(crate) const NAMES: [&str; 11] = [
+    pub(crate) const NAMES: [&str; 13] = [
         "contended",
         "sleeps",
         "timeouts",
@@ -103,21 +113,25 @@ pub(crate) mod ctr {
         "reclaimed_permits",
         "reclaimed_holders",
         "registered",
-        "untracked",
+        "table_full",
         "reclaim_scans",
         "over_held",
+        "not_held_rejected",
+        "disowned",
     ];
 }
 
 impl SemHead {
-    /// A head in its initial state (`initial` permits, no author, sequence 0). Used by
-    /// the loom models; the file is initialised in place by [`SemHead::init`].
+    /// A head in its initial state (`initial` of `max` permits available, the other
+    /// `max - initial` handed, no author, sequence 0). Used by the loom models; the file
+    /// is initialised in place by [`SemHead::init`].
     #[cfg(cxc_loom)]
-    pub(crate) fn new(initial: u32) -> Self {
+    pub(crate) fn new(initial: u32, max: u32) -> Self {
         SemHead {
-            count: AtomicU64::new(super::word::CountWord::new(initial, false, None, 0).0),
+            count: AtomicU64::new(super::word::CountWord::initial(initial).0),
             wake: AtomicU32::new(0),
             _reserved0: AtomicU32::new(0),
+            handed: AtomicU64::new(u64::from(max.saturating_sub(initial))),
             _reserved1: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
             handshake: cxc_sidecar::HandshakeHeader::new(),
@@ -125,15 +139,19 @@ impl SemHead {
         }
     }
 
-    /// Initialises a zero-filled head in a file being created.
+    /// Initialises a zero-filled head in a file being created: `initial` permits
+    /// available, the other `max - initial` counted as handed (out of the pool, held by
+    /// no process: the first releases by processes without a permit return them).
     #[cfg(not(cxc_loom))]
-    pub(crate) fn init(&self, initial: u32) {
+    pub(crate) fn init(&self, initial: u32, max: u32) {
         use crate::primitive::Ordering;
         // Published by the file layer's init-state Release store.
         self.count.store(
-            super::word::CountWord::new(initial, false, None, 0).0,
+            super::word::CountWord::initial(initial).0,
             Ordering::Relaxed,
         );
+        self.handed
+            .store(u64::from(max.saturating_sub(initial)), Ordering::Relaxed);
     }
 }
 

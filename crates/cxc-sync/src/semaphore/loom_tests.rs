@@ -1,7 +1,8 @@
 //! Loom models of the semaphore protocol: S1 (never more than `max` out), S2 (the count
-//! never exceeds `max` or wraps), conservation (`available + Σ held == initial` at
+//! never exceeds `max` or wraps), conservation (`available + Σ held + handed == max` at
 //! quiescence) including "processes" that die between any two steps and are reclaimed,
-//! and no lost wake-ups.
+//! the release rule (a permit comes back only from a holder or a recorded hand-off), and
+//! no lost wake-ups.
 //!
 //! Run: `RUSTFLAGS="--cfg cxc_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target-loom
 //! cargo test --release -p cxc-sync --lib -- loom_`
@@ -12,7 +13,7 @@ use loom::thread;
 
 use super::layout::{HolderSlot, SemHead};
 use super::model::{CrashPlan, ModelFutex};
-use super::raw::RawSemaphore;
+use super::raw::{RawSemaphore, Released};
 use super::word::{BookWord, STATE_ACTIVE, owner_word};
 use crate::primitive::Ordering;
 
@@ -36,7 +37,7 @@ impl Model {
     /// `initial` of `max` permits, `slots` holder slots owned by pids `P, Q, ...`.
     fn new(initial: u32, max: u32, slots: usize) -> Arc<Model> {
         let m = Model {
-            head: SemHead::new(initial),
+            head: SemHead::new(initial, max),
             slots: (0..slots).map(|_| HolderSlot::new()).collect(),
             max,
             initial,
@@ -64,6 +65,10 @@ impl Model {
         BookWord(self.slots[i].book.load(Ordering::SeqCst)).held()
     }
 
+    fn handed(&self) -> u32 {
+        BookWord(self.head.handed.load(Ordering::SeqCst)).held()
+    }
+
     /// S2: the count never exceeds max (a wrap would show as a huge count).
     fn check_live(&self) {
         let avail = self.raw(None).available();
@@ -82,8 +87,9 @@ impl Model {
             assert!(n <= self.max, "{n} permits in use, max {}", self.max);
             self.check_live();
             self.in_use.fetch_sub(1, Ordering::SeqCst);
-            assert!(
+            assert_eq!(
                 raw.release(Some(holder)),
+                Released::Held,
                 "release of a held permit refused"
             );
         }
@@ -104,15 +110,18 @@ impl Model {
         n
     }
 
-    /// Conservation at quiescence, once every dead holder has been reclaimed.
+    /// Conservation at quiescence, once every dead holder has been reclaimed: every
+    /// permit is available, held, or handed (`max - initial` start out handed).
     fn check_quiescent(&self) {
+        let _ = self.initial;
         let avail = self.raw(None).available();
         let held: u32 = (0..self.slots.len()).map(|i| self.held(i)).sum();
+        let handed = self.handed();
         assert_eq!(
-            avail + held,
-            self.initial,
-            "permits not conserved: available {avail} + held {held} != {}",
-            self.initial
+            avail + held + handed,
+            self.max,
+            "permits not conserved: available {avail} + held {held} + handed {handed} != {}",
+            self.max
         );
     }
 }
@@ -152,7 +161,8 @@ fn loom_two_threads_one_holder() {
     });
 }
 
-/// Racing releases never push the count above max (and so never wrap it).
+/// Racing releases of one handed permit by two processes that hold none: exactly one
+/// returns it; the count never exceeds max (and so never wraps).
 #[test]
 fn loom_release_refused_at_max() {
     loom::model(|| {
@@ -163,10 +173,99 @@ fn loom_release_refused_at_max() {
         };
         let a = m.raw(None).release(Some(0));
         let b = t.join().unwrap();
-        assert!(a ^ b, "exactly one release fits: {a} {b}");
+        let ok = |r: Released| r == Released::Handed;
+        assert!(ok(a) ^ ok(b), "exactly one release fits: {a:?} {b:?}");
         assert_eq!(m.raw(None).available(), 2);
+        assert_eq!(m.handed(), 0);
         m.check_live();
+        m.check_quiescent();
     });
+}
+
+/// A process that holds no permit and has none handed to it cannot release, whatever a
+/// holder does meanwhile: its release is refused and changes nothing.
+#[test]
+fn loom_release_without_a_permit_is_refused() {
+    loom::model(|| {
+        let m = Model::new(1, 1, 2);
+        let t = {
+            let m = m.clone();
+            thread::spawn(move || m.cycle(0))
+        };
+        let r = m.raw(None).release(Some(1));
+        let r2 = m.raw(None).release(None);
+        t.join().unwrap();
+        assert!(matches!(r, Released::NotHeld | Released::Full), "{r:?}");
+        assert!(matches!(r2, Released::NotHeld | Released::Full), "{r2:?}");
+        assert_eq!(m.raw(None).available(), 1);
+        assert_eq!(m.held(1), 0);
+        m.check_quiescent();
+    });
+}
+
+/// P hands its permit off (disown) while Q, holding nothing, releases: Q's release
+/// returns the handed permit or is refused, never both, and S1 holds throughout.
+#[test]
+fn loom_disown_hand_off() {
+    loom::model(|| {
+        let m = Model::new(1, 1, 2);
+        assert!(m.raw(None).try_acquire(Some(0)));
+        let p = {
+            let m = m.clone();
+            thread::spawn(move || assert!(m.raw(None).disown(0)))
+        };
+        let first = m.raw(None).release(Some(1));
+        assert!(!m.raw(None).try_acquire(Some(1)) || first == Released::Handed);
+        p.join().unwrap();
+        m.check_quiescent();
+        match first {
+            Released::Handed => assert_eq!(m.handed(), 0),
+            other => {
+                assert_eq!(other, Released::NotHeld);
+                assert_eq!(m.handed(), 1);
+                assert_eq!(m.raw(None).release(Some(1)), Released::Handed);
+            }
+        }
+        if m.held(1) == 1 {
+            assert_eq!(m.raw(None).release(Some(1)), Released::Held);
+        }
+        assert_eq!(m.raw(None).available(), 1);
+        m.check_quiescent();
+    });
+}
+
+/// P dies at every step of disowning its permit; after reclaim, the permit is either
+/// back (reclaimed from P) or handed (releasable once), never both.
+#[test]
+fn loom_death_mid_disown() {
+    for at in 0..6 {
+        loom::model(move || {
+            let m = Model::new(2, 2, 2);
+            assert!(m.raw(None).try_acquire(Some(0)));
+            let p = {
+                let m = m.clone();
+                thread::spawn(move || {
+                    let plan = CrashPlan::new(at);
+                    let _ = m.raw(Some(&plan)).disown(0);
+                })
+            };
+            let q = {
+                let m = m.clone();
+                thread::spawn(move || m.cycle(1))
+            };
+            p.join().unwrap();
+            let seen = m.slots[0].owner.load(Ordering::SeqCst);
+            m.reclaim(0, seen, R1, None);
+            q.join().unwrap();
+            m.check_quiescent();
+            if m.handed() == 1 {
+                assert_eq!(m.raw(None).release(Some(1)), Released::Handed);
+            }
+            assert_eq!(m.raw(None).available(), 2);
+            assert_eq!(m.raw(None).release(Some(1)), Released::Full);
+            m.check_quiescent();
+        });
+    }
 }
 
 /// Process P dies at every possible step of an acquire while Q cycles; reclaiming P
@@ -301,7 +400,10 @@ fn wait_for_permit(m: &Model, holder: usize) {
 
 fn release_and_wake(m: &Model, holder: usize) {
     let raw = m.raw(None);
-    assert!(raw.release(Some(holder)));
+    assert!(matches!(
+        raw.release(Some(holder)),
+        Released::Held | Released::Handed
+    ));
     if raw.has_sleepers() {
         raw.wake_sleepers(1);
     }
@@ -335,7 +437,7 @@ fn loom_two_waiters_two_releases() {
                 thread::spawn(move || wait_for_permit(&m, h))
             })
             .collect();
-        // Slot 0 hands out two permits it "acquired elsewhere" (untracked releases).
+        // Slot 0 returns the two permits handed at creation (initial 0 of max 2).
         release_and_wake(&m, 0);
         release_and_wake(&m, 0);
         for w in ws {

@@ -5,7 +5,6 @@
 //! - `raw`: the protocol: count-word transitions with helping.
 //! - `table`: the holder table: registration, takeover of dead holders, drain, free.
 //! - `wake`: the sleepers flag and the sleep/wake handshake.
-//! - `pid`: this process's identity, re-read after `fork`.
 //! - `handle`: the public type and its file; `holder`: its holder slot and reclaim;
 //!   `ops`: acquire, release, [`Permit`]; `stats`: counters and table snapshot.
 //!

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::handle::SharedSemaphore;
 use super::layout::ctr;
+use super::raw::Released;
 use cxc_sidecar::{OpCode, flags};
 
 /// Spins (re-reading the count) before the first sleep.
@@ -14,8 +15,10 @@ pub(crate) const RECLAIM_EVERY: Duration = Duration::from_millis(20);
 /// One permit of a [`SharedSemaphore`]; dropping it releases the permit.
 ///
 /// To hand a permit across an API boundary inside one process, `mem::forget` it and
-/// call [`SharedSemaphore::release`] later. To hand it to another process, use
-/// [`Permit::disown`] first (see `docs/shared-semaphore.md`, pitfalls).
+/// call [`SharedSemaphore::release`] later (the permit stays held by this process until
+/// then). To hand it to another process, use [`Permit::disown`]: the file then counts it
+/// as *handed*, and one `release` by a process that holds no permit of its own returns
+/// it (see `docs/shared-semaphore.md`).
 #[must_use = "dropping a permit releases it at once"]
 pub struct Permit<'a> {
     sem: &'a SharedSemaphore,
@@ -27,14 +30,16 @@ impl<'a> Permit<'a> {
         self.sem
     }
 
-    /// Forgets the permit and stops counting it as held by this process, so it is not
-    /// returned if this process dies: whoever it is handed to (e.g. another process)
-    /// must call [`SharedSemaphore::release`] for it.
+    /// Forgets the permit and hands it off: it is no longer held by this process (so not
+    /// returned if this process dies) but counted as handed in the file; whoever it is
+    /// handed to (e.g. another process) must call [`SharedSemaphore::release`] for it.
     pub fn disown(self) {
         let sem = self.sem;
         std::mem::forget(self);
         if let Some(h) = sem.holder() {
-            sem.raw().disown(h);
+            if sem.raw().disown(h) {
+                sem.raw().bump(ctr::DISOWNED);
+            }
         }
     }
 }
@@ -83,17 +88,27 @@ impl SharedSemaphore {
         self.acquire_slow(deadline).then(|| Permit { sem: self })
     }
 
-    /// Returns one permit (after `mem::forget` of a [`Permit`]). Returns `false`, and
-    /// changes nothing, if the pool already has `max_permits` available: the count
-    /// never exceeds `max_permits` and never wraps.
+    /// Returns one permit (after `mem::forget` of a [`Permit`], or one handed to this
+    /// process with [`Permit::disown`]): one this process holds if it holds any, else a
+    /// handed-off one. Returns `false`, and changes nothing, if this process holds no
+    /// permit and none is handed off, or if the pool already has `max_permits` available:
+    /// the count never exceeds `max_permits` and never wraps.
     #[inline]
     pub fn release(&self) -> bool {
         let holder = self.holder();
         let raw = self.raw();
-        if !raw.release(holder) {
-            raw.bump(ctr::OVERFLOW_REJECTED);
-            self.note(OpCode::SemOverflowRejected, 0, 1);
-            return false;
+        match raw.release(holder) {
+            Released::Held | Released::Handed => {}
+            Released::Full => {
+                raw.bump(ctr::OVERFLOW_REJECTED);
+                self.note(OpCode::SemOverflowRejected, 0, 1);
+                return false;
+            }
+            Released::NotHeld => {
+                raw.bump(ctr::NOT_HELD_REJECTED);
+                self.note(OpCode::SemOverflowRejected, 0, 0);
+                return false;
+            }
         }
         if raw.has_sleepers() {
             self.wake_slow();
@@ -110,7 +125,9 @@ impl SharedSemaphore {
     /// every wake-up and reclaiming dead holders' permits every [`RECLAIM_EVERY`].
     #[cold]
     fn acquire_slow(&self, deadline: Option<Instant>) -> bool {
-        let holder = self.holder();
+        // `None` only in a forked child that found the table full: it waits for a slot
+        // (looking again with every reclaim) and never takes a permit untracked.
+        let mut holder = self.holder();
         let raw = self.raw();
         raw.bump(ctr::CONTENDED);
         let started = Instant::now();
@@ -161,6 +178,9 @@ impl SharedSemaphore {
             }
             if now >= next_reclaim {
                 next_reclaim = now + RECLAIM_EVERY;
+                if holder.is_none() {
+                    holder = self.holder();
+                }
                 if self.reclaim_noted(true) > 0 {
                     continue;
                 }

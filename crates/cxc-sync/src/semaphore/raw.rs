@@ -4,35 +4,52 @@
 //! Invariant **B** (books): for every slot `s` that is not the author of the current count
 //! word, `held(s)` counts every transition `s` authored; for the author `a`, either the
 //! same holds, or exactly the current transition is missing and then
-//! `applied(a) != seq(count)` (the *pending* state).
+//! `applied(a) != seq(count)` (the *pending* state). The same holds for the *handed*
+//! book (`SemHead::handed`) and the transitions that change it (`Disown`, `Take`).
 //!
 //! - Every CAS on the count word is preceded by [`RawSemaphore::help`], which applies the
 //!   current author's pending change (an idempotent CAS on its book), so B still holds
 //!   after the new word replaces the old one.
 //! - The CAS'ing process applies its own change right after its CAS succeeds; if it dies
 //!   first, the next process to touch the count word (or the reclaimer) applies it.
-//! - So `available + Σ held == max_permits` (the **conservation** invariant, for tracked
-//!   permits) holds at every instant up to one pending transition, which anyone can
-//!   finish. A process that dies between any two instructions leaves at most that.
+//! - So `available + Σ held + handed == max_permits` (the **conservation** invariant)
+//!   holds at every instant up to one pending transition, which anyone can finish. A
+//!   process that dies between any two instructions leaves at most that. Every permit
+//!   out of the pool is held by a tracked holder or handed off: there are no untracked
+//!   transitions.
 //!
 //! See `docs/shared-semaphore.md` for the full argument, including why a helper that
 //! read the count word long ago cannot apply a change twice.
 
 use super::layout::{HolderSlot, SemHead};
-use super::word::{BookWord, CountWord, next_seq};
+use super::word::{BookWord, CountWord, Op, next_seq};
+use crate::primitive::AtomicU64;
 use crate::primitive::{Ordering, spin_hint};
 
 #[cfg(cxc_loom)]
 use super::model::{CrashPlan, ModelFutex};
 
-/// What a transition wants to do, decided from the current count word and the caller's
-/// book (both read after helping).
+/// What a transition wants to do, decided from the current count word, the caller's
+/// book and the handed book (all read after helping).
 pub(crate) enum Plan {
-    /// Write `avail`; `book` says how the caller's held count changes: `Some(false)` +1,
-    /// `Some(true)` -1, `None` untracked (no book change, no author).
-    Commit { avail: u32, book: Option<bool> },
+    /// Write `avail` with the book changes of `op` (an op with an author change needs a
+    /// holder slot; without one the transition is refused).
+    Commit { avail: u32, op: Op },
     /// Do nothing.
     Refuse,
+}
+
+/// What [`RawSemaphore::release`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// A permit held by the caller went back.
+    Held,
+    /// A handed-off permit went back.
+    Handed,
+    /// Refused: the pool is already full.
+    Full,
+    /// Refused: the caller holds no permit and none is handed off.
+    NotHeld,
 }
 
 /// A view of one semaphore's state (in a mapped file, or on the heap in loom models).
@@ -56,23 +73,37 @@ impl<'a> RawSemaphore<'a> {
         CountWord(self.head.count.load(Ordering::Acquire)).avail()
     }
 
-    /// Finishes the bookkeeping of the author of `c`, if pending. `Err(now)` if the count
-    /// word is no longer `c` (then whoever changed it has helped `c` already).
+    /// Finishes the bookkeeping of `c` (its author's book, the handed book), if pending.
+    /// `Err(now)` if the count word is no longer `c` (then whoever changed it has helped
+    /// `c` already).
     #[inline]
     pub(crate) fn help(&self, c: CountWord) -> Result<(), CountWord> {
-        let Some(slot) = c.author().and_then(|a| self.slots.get(a)) else {
-            return Ok(());
-        };
-        // SYNC: book (Acquire; pairs with the AcqRel book CAS of whoever applied last).
-        let w = BookWord(slot.book.load(Ordering::Acquire));
-        if w.applied() == c.seq() {
-            return Ok(());
+        let op = c.op();
+        if let Some(slot) = c.author().and_then(|a| self.slots.get(a)) {
+            // SYNC: book (Acquire; pairs with the AcqRel book CAS of whoever applied last).
+            let w = BookWord(slot.book.load(Ordering::Acquire));
+            if w.applied() != c.seq() && op.author_delta() != 0 {
+                self.help_slow(&slot.book, c, w, op.author_delta())?;
+            }
         }
-        self.help_slow(slot, c, w)
+        if c.touches_handed() {
+            // SYNC: book (as above, for the handed book).
+            let w = BookWord(self.head.handed.load(Ordering::Acquire));
+            if w.applied() != c.seq() {
+                self.help_slow(&self.head.handed, c, w, op.handed_delta())?;
+            }
+        }
+        Ok(())
     }
 
     #[inline(never)]
-    fn help_slow(&self, slot: &HolderSlot, c: CountWord, w: BookWord) -> Result<(), CountWord> {
+    fn help_slow(
+        &self,
+        book: &AtomicU64,
+        c: CountWord,
+        w: BookWord,
+        delta: i8,
+    ) -> Result<(), CountWord> {
         // Validate after reading the book: if the count word is still `c`, it was `c` when
         // `w` was read, so `w` is the author's book just before `c` (B) and applying `c`
         // to it is right. A stale `w` fails the CAS below.
@@ -81,20 +112,23 @@ impl<'a> RawSemaphore<'a> {
             return Err(now);
         }
         // Failure means someone else applied `c` first: the book moves only by applying.
-        let _ = slot
-            .book
-            .compare_exchange(w.0, w.apply(c).0, Ordering::AcqRel, Ordering::Acquire);
+        let _ = book.compare_exchange(
+            w.0,
+            w.apply(c, delta).0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         Ok(())
     }
 
-    /// One transition of the count word on behalf of `holder` (a slot index, `None` for
-    /// untracked). Returns the word written, or `None` if `plan` refused (or, in loom
-    /// models, the "process" died).
+    /// One transition of the count word on behalf of `holder` (a slot index; `None` for a
+    /// caller without one, which can only `Take`). Returns the word written, or `None` if
+    /// `plan` refused (or, in loom models, the "process" died).
     #[inline]
     pub(crate) fn transition(
         &self,
         holder: Option<usize>,
-        plan: impl Fn(CountWord, Option<BookWord>) -> Plan,
+        plan: impl Fn(CountWord, Option<BookWord>, BookWord) -> Plan,
     ) -> Option<CountWord> {
         let mine = holder.and_then(|i| self.slots.get(i).map(|s| (i, s)));
         // SYNC: count (Acquire suffices; SeqCst costs nothing extra on x86).
@@ -110,21 +144,34 @@ impl<'a> RawSemaphore<'a> {
             if self.crash_here() {
                 return None;
             }
-            // After helping, our book has no pending change while the word stays `c`,
-            // so `book` is exact if the CAS below succeeds.
+            // After helping, our book and the handed book have no pending change while
+            // the word stays `c`, so both are exact if the CAS below succeeds.
             let book = mine.map(|(_, s)| BookWord(s.book.load(Ordering::Acquire)));
+            let handed = BookWord(self.head.handed.load(Ordering::Acquire));
             if self.crash_here() {
                 return None;
             }
-            let Plan::Commit { avail, book: op } = plan(c, book) else {
+            let Plan::Commit { avail, op } = plan(c, book, handed) else {
                 return None;
             };
-            let new = match (mine, book, op) {
-                (Some((i, _)), Some(b), Some(release)) => {
-                    CountWord::new(avail, release, Some(i), next_seq(c.seq(), b.applied()))
-                }
-                _ => CountWord::new(avail, false, None, next_seq(c.seq(), 0)),
+            // An op that changes a held count needs the caller's slot: a permit leaves
+            // the pool only to a tracked holder and comes back only from one.
+            let author = match (op.author_delta(), mine, book) {
+                (0, _, _) => None,
+                (_, Some((i, s)), Some(b)) => Some((i, s, b)),
+                _ => return None,
             };
+            let touches_handed = op.handed_delta() != 0;
+            let avoid = [
+                author.map_or(0, |(_, _, b)| b.applied()),
+                if touches_handed { handed.applied() } else { 0 },
+            ];
+            let new = CountWord::new(
+                avail,
+                op,
+                author.map(|(i, _, _)| i),
+                next_seq(c.seq(), avoid),
+            );
             // SYNC: count. Release publishes the caller's critical section to the next
             // acquirer, Acquire takes the previous releaser's (RMWs continue release
             // sequences, so every later acquirer is ordered after every earlier release).
@@ -138,12 +185,24 @@ impl<'a> RawSemaphore<'a> {
                     if self.crash_here() {
                         return Some(new);
                     }
-                    if let (Some((_, s)), Some(b), Some(_)) = (mine, book, op) {
+                    if let Some((_, s, b)) = author {
                         // The book was `b` when the CAS succeeded; failure means a helper
                         // applied `new` already (or later transitions did, after helping).
                         let _ = s.book.compare_exchange(
                             b.0,
-                            b.apply(new).0,
+                            b.apply(new, op.author_delta()).0,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                    }
+                    if touches_handed {
+                        if self.crash_here() {
+                            return Some(new);
+                        }
+                        // As for the author's book.
+                        let _ = self.head.handed.compare_exchange(
+                            handed.0,
+                            handed.apply(new, op.handed_delta()).0,
                             Ordering::AcqRel,
                             Ordering::Acquire,
                         );
@@ -158,54 +217,73 @@ impl<'a> RawSemaphore<'a> {
         }
     }
 
-    /// Takes one permit if one is available.
+    /// Takes one permit for `holder` if one is available. Without a holder slot nothing
+    /// is taken: a permit leaves the pool only to a tracked holder.
     #[inline]
     pub(crate) fn try_acquire(&self, holder: Option<usize>) -> bool {
-        if self.available() == 0 {
+        if holder.is_none() || self.available() == 0 {
             return false;
         }
-        self.transition(holder, |c, _| match c.avail() {
+        self.transition(holder, |c, _, _| match c.avail() {
             0 => Plan::Refuse,
             n => Plan::Commit {
                 avail: n - 1,
-                book: Some(false),
+                op: Op::Acquire,
             },
         })
         .is_some()
     }
 
-    /// Returns one permit; `false` (and no change) if the pool is already full. The
-    /// caller's held count goes down if it is positive; otherwise the release is
-    /// untracked (a permit acquired by another process and handed over).
+    /// Returns one permit: one `holder` holds (its held count goes down), else one that
+    /// was handed off (the handed count goes down). Refused, changing nothing, if the
+    /// pool is already full or the caller holds none and none is handed off.
     #[inline]
-    pub(crate) fn release(&self, holder: Option<usize>) -> bool {
+    pub(crate) fn release(&self, holder: Option<usize>) -> Released {
         let max = self.max;
-        self.transition(holder, |c, book| {
+        let why = std::cell::Cell::new(Released::NotHeld);
+        let done = self.transition(holder, |c, book, handed| {
             if c.avail() >= max {
+                why.set(Released::Full);
                 return Plan::Refuse;
             }
+            let op = match book {
+                Some(b) if b.held() > 0 => Op::Release,
+                _ if handed.held() > 0 => Op::Take,
+                _ => {
+                    why.set(Released::NotHeld);
+                    return Plan::Refuse;
+                }
+            };
             Plan::Commit {
                 avail: c.avail() + 1,
-                book: match book {
-                    Some(b) if b.held() > 0 => Some(true),
-                    _ => None,
-                },
+                op,
             }
-        })
-        .is_some()
+        });
+        match done {
+            Some(c) if c.op() == Op::Take => Released::Handed,
+            Some(_) => Released::Held,
+            None => why.get(),
+        }
     }
 
-    /// Stops tracking one permit held by `holder` without returning it to the pool: it
-    /// will not be reclaimed if the holder dies. `false` if the holder holds none.
+    /// Hands one permit held by `holder` off: it stays out of the pool, no longer held by
+    /// `holder` (so not reclaimed if `holder` dies) but counted as handed, so that one
+    /// later `release` by a process without a permit of its own returns it. `false` if
+    /// the holder holds none.
     pub(crate) fn disown(&self, holder: usize) -> bool {
-        self.transition(Some(holder), |c, book| match book {
+        self.transition(Some(holder), |c, book, _| match book {
             Some(b) if b.held() > 0 => Plan::Commit {
                 avail: c.avail(),
-                book: Some(true),
+                op: Op::Disown,
             },
             _ => Plan::Refuse,
         })
         .is_some()
+    }
+
+    /// Permits handed off and not yet released (a racy read, for diagnostics).
+    pub(crate) fn handed(&self) -> u32 {
+        BookWord(self.head.handed.load(Ordering::Acquire)).held()
     }
 
     /// Adds one to a counter (slow paths only).

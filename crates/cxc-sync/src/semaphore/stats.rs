@@ -26,13 +26,19 @@ pub struct SemaphoreStats {
     pub reclaimed_holders: u64,
     /// Holder slots registered.
     pub registered: u64,
-    /// Processes that found the holder table full and ran untracked.
-    pub untracked: u64,
+    /// Registrations refused because the holder table was full of live processes.
+    pub table_full: u64,
     /// Reclaim scans.
     pub reclaim_scans: u64,
-    /// Held counts dropped by reclaim because the pool was already full (permits handed
-    /// to another process without `Permit::disown`).
+    /// Held counts dropped by reclaim because the pool was already full (only a corrupt
+    /// file gets there).
     pub over_held: u64,
+    /// Releases refused because the caller held no permit and none was handed off.
+    pub not_held_rejected: u64,
+    /// Permits handed off with `Permit::disown`.
+    pub disowned: u64,
+    /// Permits handed off and not yet released (now, not cumulative).
+    pub handed: u32,
 }
 
 /// One holder-table entry, as [`SharedSemaphore::holders`] reports it.
@@ -63,9 +69,12 @@ impl SharedSemaphore {
             reclaimed_permits: get(ctr::RECLAIMED_PERMITS),
             reclaimed_holders: get(ctr::RECLAIMED_HOLDERS),
             registered: get(ctr::REGISTERED),
-            untracked: get(ctr::UNTRACKED),
+            table_full: get(ctr::TABLE_FULL),
             reclaim_scans: get(ctr::RECLAIM_SCANS),
             over_held: get(ctr::OVER_HELD),
+            not_held_rejected: get(ctr::NOT_HELD_REJECTED),
+            disowned: get(ctr::DISOWNED),
+            handed: self.raw().handed(),
         }
     }
 

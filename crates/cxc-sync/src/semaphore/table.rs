@@ -5,14 +5,16 @@
 //!
 //! | from                      | to                        | by                         |
 //! |---------------------------|---------------------------|----------------------------|
-//! | free (0)                  | active(pid, start)        | registration (`claim_free`) |
+//! | free (0)                  | active(pid, tag)          | registration (`claim_free`) |
 //! | active(dead process)      | reclaiming(me)            | a reclaimer (`take_over`)  |
 //! | reclaiming(dead reclaimer)| reclaiming(me)            | the next reclaimer         |
 //! | reclaiming(me)            | free (0)                  | me, after `drain` (`free`) |
 
 use super::layout::ctr;
 use super::raw::{Plan, RawSemaphore};
-use super::word::{BookWord, CountWord, STATE_ACTIVE, STATE_RECLAIMING, owner_parts, owner_word};
+use super::word::{
+    BookWord, CountWord, Op, STATE_ACTIVE, STATE_RECLAIMING, owner_parts, owner_word,
+};
 use crate::primitive::Ordering;
 
 impl RawSemaphore<'_> {
@@ -26,10 +28,10 @@ impl RawSemaphore<'_> {
         let max = self.max;
         let mut returned = 0;
         loop {
-            let step = self.transition(Some(d), |c, book| match book {
+            let step = self.transition(Some(d), |c, book, _| match book {
                 Some(b) if b.held() > 0 && c.avail() < max => Plan::Commit {
                     avail: c.avail() + 1,
-                    book: Some(true),
+                    op: Op::Release,
                 },
                 _ => Plan::Refuse,
             });
@@ -41,7 +43,7 @@ impl RawSemaphore<'_> {
                 return returned;
             }
             // Refused: nothing held, or the pool is full although the slot holds permits
-            // (they were handed to another process and released there).
+            // (conservation says that cannot happen; only a corrupt file gets here).
             let c = CountWord(self.head.count.load(Ordering::SeqCst));
             if self.help(c).is_err() {
                 continue;
@@ -85,8 +87,8 @@ impl RawSemaphore<'_> {
     }
 
     /// Takes slot `d` over for reclaim if its owner word is still `seen` (whose process
-    /// the caller found dead). `reclaimer` is the caller's identity, so a reclaimer that
-    /// dies in turn can be superseded.
+    /// the caller found dead). The new word names the caller (pid and identity tag), so a
+    /// reclaimer that dies in turn can be superseded.
     pub(crate) fn take_over(&self, d: usize, seen: u64, reclaimer_pid: u32, tag: u32) -> bool {
         let Some(slot) = self.slots.get(d) else {
             return false;
