@@ -621,6 +621,20 @@ pub(crate) struct Report {
 /// the number of lease worker processes that died without exiting (killed, crashed).
 pub(crate) fn final_check(ctx: &Ctx, deaths: u64) -> Result<Report, String> {
     let mut report = Report::default();
+    // Checked first, so that it is logged even when the log checks below report many
+    // violations. A process holds at most one claim when it dies, so each death accounts
+    // for at most one takeover as dead (the supervisor's final acquire included); more
+    // means a live holder (e.g. a half-exited process, whose main thread is a zombie) was
+    // judged dead.
+    let dead_takeovers = open_lease(&ctx.dir)?.status().counters[counter::CLAIM_DEAD];
+    if dead_takeovers > deaths {
+        ctx.violate(
+            "L5 dead means gone",
+            format_args!(
+                "claim_dead_owner is {dead_takeovers}, but only {deaths} lease worker processes died"
+            ),
+        );
+    }
     // seq -> (gen, prev_gen, pid)
     let mut by_seq: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
     let mut dups = 0u64;
@@ -747,18 +761,6 @@ pub(crate) fn final_check(ctx: &Ctx, deaths: u64) -> Result<Report, String> {
         .zip(st.counters)
         .map(|(n, v)| (*n, v))
         .collect();
-    // A process holds at most one claim when it dies, so each death accounts for at most
-    // one takeover as dead; more means a live holder (e.g. a half-exited process, whose
-    // main thread is a zombie) was judged dead.
-    let dead_takeovers = st.counters[counter::CLAIM_DEAD];
-    if dead_takeovers > deaths {
-        ctx.violate(
-            "L5 dead means gone",
-            format_args!(
-                "claim_dead_owner is {dead_takeovers}, but only {deaths} lease worker processes died"
-            ),
-        );
-    }
     report.deaths = deaths;
     report.takeovers = st.counters[counter::CLAIM_PREEMPT]
         + st.counters[counter::CLAIM_STALE]

@@ -660,7 +660,7 @@ fn summary(
         );
         let _ = writeln!(
             s,
-            "  sibling releases by pid: {} ({} while the sibling was writing); claim_dead_owner {} <= {} lease processes that died",
+            "  sibling releases by pid: {} ({} while the sibling was writing); claim_dead_owner {} (at most {}: lease processes that died)",
             ctx.stat(stat::L_SIB_RELEASES),
             ctx.stat(stat::L_SIB_RELEASES_WRITING),
             counter_of(&r.counters, "claim_dead_owner"),
