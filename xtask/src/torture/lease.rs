@@ -121,8 +121,9 @@ fn open_lease(dir: &Path) -> Result<OwnerLease<Payload>, String> {
     OwnerLease::open(dir.join(FILE)).map_err(|e| format!("open lease: {e}"))
 }
 
-/// Opens the lease and exits (what `cxc inspect` does): registers this process in the
-/// lease's identity table.
+/// Opens the lease and exits, as a `cxc inspect` run or a process that never claims would
+/// (`--ident-churn`). Such processes once took entries of the identity table; now a slot
+/// is taken only by a claim, so they take none.
 pub(crate) fn open_only(dir: &Path) -> Result<(), String> {
     open_lease(dir).map(drop)
 }

@@ -13,8 +13,8 @@ usage: cargo xtask torture [--seconds N] [--procs N] [--seed S] [--primitive P] 
   --keep          keep the working directory even when the run passes
   --ident-churn   after a lease holder is killed inside a write, stop the other lease
                   workers and let 16 short-lived processes open the lease (as `cxc inspect`
-                  would) before anyone takes over (a regression check for an L5 bug that
-                  is fixed, docs/RELIABILITY.md; off by default)";
+                  would) before anyone takes over: a regression check for an L5 bug that
+                  is fixed (docs/RELIABILITY.md); off by default";
 
 /// The primitive a worker exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -118,7 +118,7 @@ pub(crate) struct WorkerOptions {
     pub(crate) seed: u64,
     pub(crate) id: usize,
     pub(crate) inc: u64,
-    /// Only open the primitive's file (registering this process) and exit.
+    /// Only open the lease file and exit (`--ident-churn`).
     pub(crate) open_only: bool,
     /// How a lease worker runs (ignored by the other roles).
     pub(crate) lease_mode: LeaseMode,

@@ -261,7 +261,8 @@ impl Supervisor {
 
     /// `--ident-churn`: right after a holder died inside a write, stop the other lease
     /// workers and let 16 short-lived processes open the lease before anyone can take
-    /// over (each registers in the lease's 16-entry identity table).
+    /// over. Each once took an entry of the lease's (then 16-entry) identity table and
+    /// could evict a dead holder's entry (docs/RELIABILITY.md, fixed); a regression check.
     fn ident_churn(&mut self, now: Instant, pause: Duration) {
         let mut stopped = 0;
         for p in &mut self.procs {
