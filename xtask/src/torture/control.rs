@@ -37,6 +37,8 @@ pub(crate) mod stat {
     pub(crate) const L_READS: usize = 9;
     pub(crate) const L_STALE_ENTRY: usize = 10;
     pub(crate) const L_STALE_PROBES: usize = 11;
+    pub(crate) const L_SIB_RELEASES: usize = 12;
+    pub(crate) const L_SIB_RELEASES_WRITING: usize = 13;
     pub(crate) const H_OPS: usize = 16;
     pub(crate) const H_REGISTER: usize = 17;
     pub(crate) const H_TAKEN: usize = 18;
@@ -96,6 +98,11 @@ impl Ctx {
             who,
             echoed: std::cell::Cell::new(0),
         })
+    }
+
+    /// Who reports through this handle (e.g. `lease worker 2.7`).
+    pub(crate) fn who(&self) -> &str {
+        &self.who
     }
 
     pub(crate) fn bump(&self, which: usize, n: u64) {

@@ -19,20 +19,30 @@
 //!   generations never decrease along `seq`, consecutive entries chain
 //!   (`prev_gen(s) == gen(s-1)`), and the final payload agrees with the logs;
 //! - progress (L5): a holder that the OS shows dead is replaced within seconds, and the
-//!   supervisor can claim the lease after all workers exit.
+//!   supervisor can claim the lease after all workers exit;
+//! - dead means dead: `claim_dead_owner` (takeovers of holders judged dead) never exceeds
+//!   the number of lease processes that really died (SIGKILLs, crashes). Some worker
+//!   processes are half-exited (their main thread exited, `/proc/PID/stat` says `Z`, a
+//!   worker thread keeps claiming); a lease that took such a live holder for dead would
+//!   count takeovers no death accounts for;
+//! - sibling threads: in some processes 3-4 threads claim under their own pid numbers
+//!   and release each other's claims by pid (`release(pid)`, allowed within a process),
+//!   preferably in the middle of a write. A write or `with_lease` of a claim that a
+//!   sibling released before it started must fail.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use cxc::lease::counter;
 use cxc::{EpochMode, LeaseClaim, LeaseOptions, OwnerLease, Preemption};
-use cxc_mmf::identity::{ProcStatus, proc_status};
+use cxc_mmf::identity::{ProcStatus, proc_group_alive, proc_status};
 
 use super::control::{Ctx, stat};
+use super::opts::{Role, WorkerOptions};
 use super::shm::Words;
 use cxc_testkit::Rng;
 
@@ -51,6 +61,26 @@ pub(crate) const GRACE: u64 = 10;
 const RESUMED_GAP: Duration = Duration::from_millis(80);
 /// A dead holder that is still the holder after this long is an L5 violation.
 const DEAD_HOLDER_LIMIT: Duration = Duration::from_secs(3);
+
+/// Pid numbers of sibling threads: `SIBLING_BIT | pid << 3 | k`. Real pids are below
+/// 2^22 (the kernel's `pid_max` limit), so these never name a real process and map back to
+/// their process unambiguously.
+const SIBLING_BIT: u32 = 1 << 30;
+
+/// The pid number sibling thread `k` of process `pid` claims under.
+fn sibling_pid(pid: u32, k: usize) -> u32 {
+    debug_assert!(pid < 1 << 27 && k < 8);
+    SIBLING_BIT | pid << 3 | k as u32
+}
+
+/// The process that claims under pid number `pid` (itself, or a sibling thread's process).
+pub(crate) fn process_of(pid: u32) -> u32 {
+    if pid & SIBLING_BIT != 0 {
+        (pid & !SIBLING_BIT) >> 3
+    } else {
+        pid
+    }
+}
 
 type Payload = [u64; 6];
 const LOG_RECORD: usize = 32;
@@ -91,54 +121,175 @@ fn open_lease(dir: &Path) -> Result<OwnerLease<Payload>, String> {
     OwnerLease::open(dir.join(FILE)).map_err(|e| format!("open lease: {e}"))
 }
 
-/// Opens the lease and exits (what `cxc inspect` does): registers this process in the
-/// lease's identity table.
+/// Opens the lease and exits, as a `cxc inspect` run or a process that never claims would
+/// (`--ident-churn`). Such processes once took entries of the identity table; now a slot
+/// is taken only by a claim, so they take none.
 pub(crate) fn open_only(dir: &Path) -> Result<(), String> {
     open_lease(dir).map(drop)
 }
 
 struct Worker<'a> {
     ctx: &'a Ctx,
-    lease: OwnerLease<Payload>,
+    lease: &'a OwnerLease<Payload>,
     aux: Words,
     log: File,
     rng: Rng,
     me: u32,
+    sib: Option<Siblings<'a>>,
 }
 
-/// A worker process: random claims, owner writes, `with_lease` updates and status reads
-/// until the supervisor sets STOP.
-pub(crate) fn worker(ctx: &Ctx, rng: Rng) -> Result<(), String> {
-    let me = std::process::id();
-    let path = ctx.dir.join(LOG_DIR).join(format!("{me}.bin"));
-    let log = OpenOptions::new()
+/// What a sibling thread knows of its siblings.
+struct Siblings<'a> {
+    /// This thread's index.
+    k: usize,
+    /// Every sibling's pid number (this thread's too).
+    pids: &'a [u32],
+    /// Per sibling: the highest generation a sibling saw that sibling's current claim at,
+    /// right before a `release(pid)` of it succeeded (`fetch_max`, after the release). A
+    /// claim whose generation is at most this is no longer current.
+    released: &'a [AtomicU64],
+}
+
+fn open_log(dir: &Path, name: &str) -> Result<File, String> {
+    let path = dir.join(LOG_DIR).join(format!("{name}.bin"));
+    OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
+        .map_err(|e| format!("open {}: {e}", path.display()))
+}
+
+/// A lease worker process in its mode (the caller has already made it half-exited if the
+/// mode says so).
+pub(crate) fn process(ctx: &Ctx, o: &WorkerOptions) -> Result<(), String> {
+    let rng = Rng::derive(o.seed, Role::Lease.code(), o.id as u64, o.inc);
+    if o.lease_mode.siblings() {
+        siblings(ctx, o, rng)
+    } else {
+        worker(ctx, rng)
+    }
+}
+
+/// A worker: random claims, owner writes, `with_lease` updates and status reads until the
+/// supervisor sets STOP.
+fn worker(ctx: &Ctx, rng: Rng) -> Result<(), String> {
+    let me = std::process::id();
+    let lease = open_lease(&ctx.dir)?;
     let mut w = Worker {
         ctx,
-        lease: open_lease(&ctx.dir)?,
+        lease: &lease,
         aux: Words::open(&ctx.dir.join(AUX_FILE), AUX_TAG)?,
-        log,
+        log: open_log(&ctx.dir, &me.to_string())?,
         rng,
         me,
+        sib: None,
     };
-    while !ctx.stopping() {
-        ctx.bump(stat::L_OPS, 1);
-        match w.rng.below(100) {
-            0..60 => w.session(),
-            60..85 => w.with_lease(),
-            _ => w.observe(),
-        }
-        if w.rng.percent(50) {
-            std::thread::sleep(Duration::from_micros(w.rng.below(300)));
-        }
-    }
+    w.run();
+    Ok(())
+}
+
+/// 3-4 sibling threads sharing one lease handle, each claiming under its own pid number
+/// (never sharing a claim: two threads read-modify-writing under one claim would lose
+/// updates by design, not by a lease bug).
+fn siblings(ctx: &Ctx, o: &WorkerOptions, mut rng: Rng) -> Result<(), String> {
+    let pid = std::process::id();
+    let n = rng.range(3, 5) as usize;
+    let pids: Vec<u32> = (0..n).map(|k| sibling_pid(pid, k)).collect();
+    let released: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+    let lease = open_lease(&ctx.dir)?;
+    let (dir, who) = (&ctx.dir, ctx.who());
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..n)
+            .map(|k| {
+                let (lease, pids, released) = (&lease, &pids, &released);
+                scope.spawn(move || -> Result<(), String> {
+                    // Each thread reports through its own handle on the control file.
+                    let ctx = Ctx::open(dir, format!("{who} thread {k}"))?;
+                    let mut w = Worker {
+                        ctx: &ctx,
+                        lease,
+                        aux: Words::open(&ctx.dir.join(AUX_FILE), AUX_TAG)?,
+                        log: open_log(&ctx.dir, &format!("{pid}-{k}"))?,
+                        rng: Rng::derive(
+                            o.seed,
+                            Role::Lease.code() + 16 * (k as u64 + 1),
+                            o.id as u64,
+                            o.inc,
+                        ),
+                        me: pids[k],
+                        sib: Some(Siblings { k, pids, released }),
+                    };
+                    w.run();
+                    Ok(())
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a sibling thread panicked".into()))
+            })
+            .collect::<Result<Vec<()>, String>>()
+    })?;
     Ok(())
 }
 
 impl Worker<'_> {
+    fn run(&mut self) {
+        while !self.ctx.stopping() {
+            self.ctx.bump(stat::L_OPS, 1);
+            match self.rng.below(100) {
+                0..60 => self.session(),
+                60..85 => self.with_lease(),
+                85..93 if self.sib.is_some() => self.release_sibling(),
+                _ => self.observe(),
+            }
+            if self.rng.percent(50) {
+                std::thread::sleep(Duration::from_micros(self.rng.below(300)));
+            }
+        }
+    }
+
+    /// The highest generation of this thread's pid that a sibling released (0 if none).
+    fn released_by_sibling(&self) -> u64 {
+        self.sib
+            .as_ref()
+            .map_or(0, |s| s.released[s.k].load(Ordering::SeqCst))
+    }
+
+    /// Sibling threads: release a sibling's claim by its pid (allowed within a process),
+    /// preferably while the sibling is in the middle of a write or a `with_lease` closure.
+    fn release_sibling(&mut self) {
+        let Some(sib) = &self.sib else { return };
+        let n = sib.pids.len();
+        let j = (sib.k + 1 + self.rng.below(n as u64 - 1) as usize) % n;
+        let target = sib.pids[j];
+        let want_writing = self.rng.percent(70);
+        let until = Instant::now() + Duration::from_micros(self.rng.range(100, 5_000));
+        loop {
+            let writing = self.lease.status().writing;
+            // (pid, generation) from one load of the claim word.
+            let cur = self.lease.current_claim().filter(|c| c.pid() == target);
+            if let Some(c) = cur.filter(|_| writing || !want_writing) {
+                if self.lease.release(target) {
+                    // The released claim is `c` or a later claim of `target`: either way
+                    // no claim of `target` up to `c.generation()` is current any more.
+                    sib.released[j].fetch_max(c.generation(), Ordering::SeqCst);
+                    self.ctx.bump(stat::L_SIB_RELEASES, 1);
+                    if writing {
+                        self.ctx.bump(stat::L_SIB_RELEASES_WRITING, 1);
+                    }
+                }
+                return;
+            }
+            if Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
     /// Time spent inside the critical section between two steps.
     fn think(&mut self) {
         let us = match self.rng.below(100) {
@@ -181,7 +332,16 @@ impl Worker<'_> {
 
     /// Checks made after an accepted write: what was observed *before* the write started
     /// must not show a newer claim.
-    fn check_accepted(&self, g: u64, entered: u64, term: u64, how: &str) {
+    fn check_accepted(&self, g: u64, entered: u64, term: u64, released: u64, how: &str) {
+        if g != 0 && released >= g {
+            self.ctx.violate(
+                "L2 fencing",
+                format_args!(
+                    "{how} by claim {g} accepted although a sibling thread had released claim {released} of pid {:#x} before it started",
+                    self.me
+                ),
+            );
+        }
         if entered > g {
             self.ctx.violate(
                 "L1/L2 fencing",
@@ -255,6 +415,7 @@ impl Worker<'_> {
             }
             let entered = self.aux.head(MAX_ENTERED).load(Ordering::SeqCst);
             let term = self.lease.lease_term();
+            let released = self.released_by_sibling();
             let next = payload(p[0] + 1, g, self.me, p[1], self.rng.next_u64());
             if !self.lease.write_claimed(&c, next) {
                 self.fenced(resumed);
@@ -263,7 +424,7 @@ impl Worker<'_> {
             }
             self.ctx.bump(stat::L_WRITES, 1);
             self.log(p[0] + 1, g, p[1]);
-            self.check_accepted(g, entered, term, "write_claimed");
+            self.check_accepted(g, entered, term, released, "write_claimed");
             last = Instant::now();
         }
         if lost && self.rng.percent(50) {
@@ -320,7 +481,7 @@ impl Worker<'_> {
         };
         let salt = self.rng.next_u64();
         let mut ran = 0;
-        let lease = &self.lease;
+        let lease = self.lease;
         let me = self.me;
         let r = lease.with_lease(me, GRACE, |p| {
             // The closure runs under our claim with the WRITE bit set: the current claim
@@ -337,11 +498,12 @@ impl Worker<'_> {
             }
             let entered = self.aux.head(MAX_ENTERED).load(Ordering::SeqCst);
             let term = lease.lease_term();
+            let released = self.released_by_sibling();
             *p = payload(old[0] + 1, g, me, old[1], salt);
-            (old, g, entered, term)
+            (old, g, entered, term, released)
         });
         match r {
-            Some((old, g, entered, term)) => {
+            Some((old, g, entered, term, released)) => {
                 self.ctx.bump(stat::L_WITH_LEASE, 1);
                 self.ctx.bump(stat::L_CLAIMS, 1);
                 if !valid(&old) {
@@ -351,7 +513,7 @@ impl Worker<'_> {
                     );
                 }
                 self.log(old[0] + 1, g, old[1]);
-                self.check_accepted(g, entered, term, "with_lease");
+                self.check_accepted(g, entered, term, released, "with_lease");
             }
             None if ran != 0 => {
                 self.fenced(false);
@@ -393,7 +555,7 @@ impl Monitor {
         })
     }
 
-    /// The current holder's pid, if any (the chaos loop prefers it as a victim). With
+    /// The current holder's process id, if any (the chaos loop prefers it as a victim). With
     /// `writing`, waits up to `wait` for a holder that is in the middle of a write (or a
     /// `with_lease` closure), so kills and pauses land inside writes.
     /// Returns `(pid, writing)`.
@@ -402,7 +564,7 @@ impl Monitor {
         loop {
             let st = self.lease.status();
             if st.owner.is_some() && (st.writing || !writing || Instant::now() >= until) {
-                return st.owner.map(|p| (p, st.writing));
+                return st.owner.map(|p| (process_of(p), st.writing));
             }
             if Instant::now() >= until {
                 return None;
@@ -415,9 +577,13 @@ impl Monitor {
     /// keep trying to claim). Called every few milliseconds.
     pub(crate) fn check(&mut self, ctx: &Ctx, live_workers: usize) {
         let st = self.lease.status();
-        let dead = st
-            .owner
-            .filter(|&pid| matches!(proc_status(pid), ProcStatus::Gone | ProcStatus::Zombie));
+        // Dead = the whole process is gone. A zombie main thread is not enough: a
+        // half-exited worker's other threads still run (and still hold).
+        let dead = st.owner.filter(|&pid| match proc_status(process_of(pid)) {
+            ProcStatus::Gone => true,
+            ProcStatus::Zombie => proc_group_alive(process_of(pid)) == Some(false),
+            _ => false,
+        });
         match (dead, self.dead_holder) {
             (Some(pid), Some((p, g, since))) if p == pid && g == st.generation => {
                 if !self.reported && live_workers > 0 && since.elapsed() > DEAD_HOLDER_LIMIT {
@@ -449,11 +615,27 @@ pub(crate) struct Report {
     pub(crate) partial_records: u64,
     pub(crate) counters: Vec<(&'static str, u64)>,
     pub(crate) takeovers: u64,
+    pub(crate) deaths: u64,
 }
 
-/// After every worker exited: merges the logs and checks the final state.
-pub(crate) fn final_check(ctx: &Ctx) -> Result<Report, String> {
+/// After every worker exited: merges the logs and checks the final state. `deaths` is
+/// the number of lease worker processes that died without exiting (killed, crashed).
+pub(crate) fn final_check(ctx: &Ctx, deaths: u64) -> Result<Report, String> {
     let mut report = Report::default();
+    // Checked first, so that it is logged even when the log checks below report many
+    // violations. A process holds at most one claim when it dies, so each death accounts
+    // for at most one takeover as dead (the supervisor's final acquire included); more
+    // means a live holder (e.g. a half-exited process, whose main thread is a zombie) was
+    // judged dead.
+    let dead_takeovers = open_lease(&ctx.dir)?.status().counters[counter::CLAIM_DEAD];
+    if dead_takeovers > deaths {
+        ctx.violate(
+            "L5 dead means gone",
+            format_args!(
+                "claim_dead_owner is {dead_takeovers}, but only {deaths} lease worker processes died"
+            ),
+        );
+    }
     // seq -> (gen, prev_gen, pid)
     let mut by_seq: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
     let mut dups = 0u64;
@@ -580,6 +762,7 @@ pub(crate) fn final_check(ctx: &Ctx) -> Result<Report, String> {
         .zip(st.counters)
         .map(|(n, v)| (*n, v))
         .collect();
+    report.deaths = deaths;
     report.takeovers = st.counters[counter::CLAIM_PREEMPT]
         + st.counters[counter::CLAIM_STALE]
         + st.counters[counter::CLAIM_DEAD];

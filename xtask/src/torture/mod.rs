@@ -100,7 +100,10 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let who = format!("{} worker {}.{}", o.role.name(), o.id, o.inc);
+    let who = match o.role {
+        Role::Lease => format!("lease worker {}.{} ({})", o.id, o.inc, o.lease_mode.name()),
+        r => format!("{} worker {}.{}", r.name(), o.id, o.inc),
+    };
     let ctx = match control::Ctx::open(&o.dir, who) {
         Ok(c) => c,
         Err(e) => {
@@ -127,9 +130,30 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
             }
         };
     }
+    if o.role == Role::Lease && o.lease_mode.half_exited() {
+        // The workers run on a spawned thread, which ends the process with its result;
+        // the main thread exits now, leaving a half-exited but live process.
+        let spawned = std::thread::Builder::new()
+            .name("lease-main".into())
+            .spawn(move || {
+                let code = match lease::process(&ctx, &o) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        eprintln!("xtask torture-worker ({}): {e}", ctx.dir.display());
+                        2
+                    }
+                };
+                std::process::exit(code)
+            });
+        if let Err(e) = spawned {
+            eprintln!("xtask torture-worker: cannot spawn the lease thread: {e}");
+            return ExitCode::from(2);
+        }
+        exit_main_thread();
+    }
     let rng = cxc_testkit::Rng::derive(o.seed, o.role.code(), o.id as u64, o.inc);
     let r = match o.role {
-        Role::Lease => lease::worker(&ctx, rng),
+        Role::Lease => lease::process(&ctx, &o),
         Role::Heartbeat => heartbeat::worker(&ctx, rng),
         Role::Semaphore => semaphore::worker(&ctx, rng, o.id),
     };
@@ -140,4 +164,23 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Ends the calling thread (the main thread) alone; the process lives on in its other
+/// threads, and `/proc/PID/stat` shows the main thread as a zombie (`Z`).
+///
+/// Not `pthread_exit`: glibc implements it by a forced unwind, which the runtime's
+/// `catch_unwind` around `main` stops and then aborts the process on ("FATAL: exception
+/// not rethrown"). The raw `exit` system call ends the thread without unwinding.
+fn exit_main_thread() -> ! {
+    // SAFETY: `SYS_exit` (unlike `exit_group`) terminates only the calling thread and
+    // never returns; it takes one integer argument, the exit code. Nothing unwinds, so no
+    // destructor of this thread runs: what it owns is leaked, not freed, and the other
+    // threads borrow nothing from its stack (the lease thread owns everything it uses,
+    // moved into it, or uses statics). This thread holds no lock at this point, so no
+    // other thread can wait on one it would never release.
+    unsafe {
+        libc::syscall(libc::SYS_exit, 0);
+    }
+    unreachable!("SYS_exit returned")
 }

@@ -13,7 +13,8 @@ usage: cargo xtask torture [--seconds N] [--procs N] [--seed S] [--primitive P] 
   --keep          keep the working directory even when the run passes
   --ident-churn   after a lease holder is killed inside a write, stop the other lease
                   workers and let 16 short-lived processes open the lease (as `cxc inspect`
-                  would) before anyone takes over (reproduces a known L5 bug; off by default)";
+                  would) before anyone takes over: a regression check for an L5 bug that
+                  is fixed (docs/RELIABILITY.md); off by default";
 
 /// The primitive a worker exercises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -46,6 +47,57 @@ impl Role {
     }
 }
 
+/// How a lease worker process runs its workers (chosen by the supervisor for each
+/// spawned process, so restarts change it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum LeaseMode {
+    /// One worker loop on the main thread.
+    Plain,
+    /// The worker loop runs on a spawned thread and the main thread exits: the process
+    /// is half-exited (`/proc/PID/stat` says `Z`) but alive, and must be treated so.
+    Half,
+    /// Several sibling threads, each claiming under its own pid number, that release each
+    /// other's claims by pid at random (in the middle of writes).
+    Siblings,
+    /// Both: sibling threads in a process whose main thread exited.
+    HalfSiblings,
+}
+
+impl LeaseMode {
+    pub(crate) const ALL: [LeaseMode; 4] = [
+        LeaseMode::Plain,
+        LeaseMode::Half,
+        LeaseMode::Siblings,
+        LeaseMode::HalfSiblings,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LeaseMode::Plain => "plain",
+            LeaseMode::Half => "half-exited",
+            LeaseMode::Siblings => "siblings",
+            LeaseMode::HalfSiblings => "half-exited+siblings",
+        }
+    }
+
+    fn parse(s: &str) -> Result<LeaseMode, String> {
+        LeaseMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown lease mode {s:?}"))
+    }
+
+    /// Whether the main thread exits while the workers run.
+    pub(crate) fn half_exited(self) -> bool {
+        matches!(self, LeaseMode::Half | LeaseMode::HalfSiblings)
+    }
+
+    /// Whether the process runs sibling threads.
+    pub(crate) fn siblings(self) -> bool {
+        matches!(self, LeaseMode::Siblings | LeaseMode::HalfSiblings)
+    }
+}
+
 /// Options of a torture run.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
@@ -66,8 +118,10 @@ pub(crate) struct WorkerOptions {
     pub(crate) seed: u64,
     pub(crate) id: usize,
     pub(crate) inc: u64,
-    /// Only open the primitive's file (registering this process) and exit.
+    /// Only open the lease file and exit (`--ident-churn`).
     pub(crate) open_only: bool,
+    /// How a lease worker runs (ignored by the other roles).
+    pub(crate) lease_mode: LeaseMode,
 }
 
 fn parse_u64(name: &str, v: &str) -> Result<u64, String> {
@@ -173,6 +227,7 @@ impl WorkerOptions {
     pub(crate) fn parse(args: &[String]) -> Result<WorkerOptions, String> {
         let (mut role, mut dir, mut seed, mut id, mut inc) = (None, None, 0, 0, 0);
         let mut open_only = false;
+        let mut lease_mode = LeaseMode::Plain;
         for (name, v) in pairs(args, &["open-only"])? {
             match name.as_str() {
                 "role" => role = Some(Role::parse(&v)?),
@@ -181,6 +236,7 @@ impl WorkerOptions {
                 "id" => id = parse_u64("--id", &v)? as usize,
                 "inc" => inc = parse_u64("--inc", &v)?,
                 "open-only" => open_only = true,
+                "lease-mode" => lease_mode = LeaseMode::parse(&v)?,
                 _ => return Err(format!("unknown worker option --{name}")),
             }
         }
@@ -191,6 +247,7 @@ impl WorkerOptions {
             id,
             inc,
             open_only,
+            lease_mode,
         })
     }
 
@@ -206,6 +263,8 @@ impl WorkerOptions {
             self.id.to_string(),
             "--inc".into(),
             self.inc.to_string(),
+            "--lease-mode".into(),
+            self.lease_mode.name().into(),
         ];
         if self.open_only {
             v.push("--open-only".into());

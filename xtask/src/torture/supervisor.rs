@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process};
 
 use super::control::{self, Ctx, stat};
-use super::opts::{Options, Role, WorkerOptions};
+use super::opts::{LeaseMode, Options, Role, WorkerOptions};
 use super::{heartbeat, lease, semaphore};
 use cxc_testkit::Rng;
 
@@ -37,6 +37,8 @@ struct Proc {
     role: Role,
     id: usize,
     inc: u64,
+    /// The lease mode of the current incarnation (`Plain` for other roles).
+    mode: LeaseMode,
     child: Option<Child>,
     state: State,
 }
@@ -58,6 +60,18 @@ struct Chaos {
     churns: u64,
     restarts: u64,
     crashes: u64,
+    /// Workers killed because they did not exit after STOP.
+    hung: u64,
+}
+
+/// Per lease mode: processes started, and chaos actions on them.
+#[derive(Debug, Default, Clone, Copy)]
+struct ModeCount {
+    started: u64,
+    kills: u64,
+    pauses: u64,
+    holder_kills: u64,
+    write_kills: u64,
 }
 
 struct Supervisor {
@@ -66,6 +80,7 @@ struct Supervisor {
     exe: PathBuf,
     procs: Vec<Proc>,
     chaos: BTreeMap<Role, Chaos>,
+    modes: BTreeMap<LeaseMode, ModeCount>,
     rng: Rng,
 }
 
@@ -82,8 +97,18 @@ impl Supervisor {
             .join(format!("worker-{}-{id}.stderr", role.name()))
     }
 
-    fn spawn(&self, role: Role, id: usize, inc: u64) -> Result<Child, String> {
-        self.spawn_with(role, id, inc, false)
+    /// Spawns a worker; a lease worker gets a random mode (plain, half-exited, sibling
+    /// threads, or both), drawn again for every incarnation.
+    fn spawn(&mut self, role: Role, id: usize, inc: u64) -> Result<(Child, LeaseMode), String> {
+        let mode = match role {
+            Role::Lease => LeaseMode::ALL[self.rng.below(LeaseMode::ALL.len() as u64) as usize],
+            _ => LeaseMode::Plain,
+        };
+        let child = self.spawn_with(role, id, inc, false, mode)?;
+        if role == Role::Lease {
+            self.modes.entry(mode).or_default().started += 1;
+        }
+        Ok((child, mode))
     }
 
     fn spawn_with(
@@ -92,6 +117,7 @@ impl Supervisor {
         id: usize,
         inc: u64,
         open_only: bool,
+        lease_mode: LeaseMode,
     ) -> Result<Child, String> {
         let wo = WorkerOptions {
             role,
@@ -100,6 +126,7 @@ impl Supervisor {
             id,
             inc,
             open_only,
+            lease_mode,
         };
         let path = self.err_path(role, id);
         let err = OpenOptions::new()
@@ -129,9 +156,10 @@ impl Supervisor {
             match self.procs[i].state {
                 State::Down(at) if at <= now => {
                     let inc = self.procs[i].inc + 1;
-                    let child = self.spawn(role, id, inc)?;
+                    let (child, mode) = self.spawn(role, id, inc)?;
                     let p = &mut self.procs[i];
                     p.inc = inc;
+                    p.mode = mode;
                     p.child = Some(child);
                     p.state = State::Running;
                     self.chaos.entry(role).or_default().restarts += 1;
@@ -201,6 +229,7 @@ impl Supervisor {
         let pause = Duration::from_millis(self.rng.range(PAUSE_MS.0, PAUSE_MS.1));
         let p = &mut self.procs[victim];
         let c = self.chaos.entry(p.role).or_default();
+        let m = (p.role == Role::Lease).then(|| self.modes.entry(p.mode).or_default());
         if kill {
             if let Some(mut child) = p.child.take() {
                 let _ = child.kill();
@@ -210,6 +239,11 @@ impl Supervisor {
             c.kills += 1;
             c.holder_kills += u64::from(holder);
             c.write_kills += u64::from(in_write);
+            if let Some(m) = m {
+                m.kills += 1;
+                m.holder_kills += u64::from(holder);
+                m.write_kills += u64::from(in_write);
+            }
             if in_write && self.opts.ident_churn {
                 self.ident_churn(now, pause);
             }
@@ -219,12 +253,16 @@ impl Supervisor {
             c.pauses += 1;
             c.holder_pauses += u64::from(holder);
             c.write_pauses += u64::from(in_write);
+            if let Some(m) = m {
+                m.pauses += 1;
+            }
         }
     }
 
     /// `--ident-churn`: right after a holder died inside a write, stop the other lease
     /// workers and let 16 short-lived processes open the lease before anyone can take
-    /// over (each registers in the lease's 16-entry identity table).
+    /// over. Each once took an entry of the lease's (then 16-entry) identity table and
+    /// could evict a dead holder's entry (docs/RELIABILITY.md, fixed); a regression check.
     fn ident_churn(&mut self, now: Instant, pause: Duration) {
         let mut stopped = 0;
         for p in &mut self.procs {
@@ -233,6 +271,7 @@ impl Supervisor {
                     Self::signal(c, Signal::STOP);
                     p.state = State::Paused(now + pause);
                     stopped += 1;
+                    self.modes.entry(p.mode).or_default().pauses += 1;
                 }
             }
         }
@@ -240,7 +279,8 @@ impl Supervisor {
         c.pauses += stopped;
         c.churns += 1;
         for i in 0..16 {
-            if let Ok(mut child) = self.spawn_with(Role::Lease, 1000 + i, 0, true) {
+            if let Ok(mut child) = self.spawn_with(Role::Lease, 1000 + i, 0, true, LeaseMode::Plain)
+            {
                 let _ = child.wait();
             }
         }
@@ -309,6 +349,7 @@ impl Supervisor {
                         let _ = child.kill();
                         let _ = child.wait();
                         self.procs[i].child = None;
+                        self.chaos.entry(role).or_default().hung += 1;
                     }
                     _ => waiting += 1,
                 }
@@ -407,14 +448,16 @@ fn run(opts: Options) -> Result<ExitCode, String> {
         exe,
         procs: Vec::new(),
         chaos: BTreeMap::new(),
+        modes: BTreeMap::new(),
     };
     for &role in &roles {
         for id in 0..sup.opts.procs {
-            let child = sup.spawn(role, id, 0)?;
+            let (child, mode) = sup.spawn(role, id, 0)?;
             sup.procs.push(Proc {
                 role,
                 id,
                 inc: 0,
+                mode,
                 child: Some(child),
                 state: State::Running,
             });
@@ -470,7 +513,10 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     sup.stop_all();
 
     let lease_report = match has(Role::Lease) {
-        true => Some(lease::final_check(&sup.ctx)?),
+        true => {
+            let c = sup.chaos.get(&Role::Lease).copied().unwrap_or_default();
+            Some(lease::final_check(&sup.ctx, c.kills + c.crashes + c.hung)?)
+        }
         false => None,
     };
     let hb_report = match watch.as_mut() {
@@ -613,6 +659,34 @@ fn summary(
             c.write_pauses,
             r.partial_records,
         );
+        let _ = writeln!(
+            s,
+            "  sibling releases by pid: {} ({} while the sibling was writing); claim_dead_owner {} (at most {}: lease processes that died)",
+            ctx.stat(stat::L_SIB_RELEASES),
+            ctx.stat(stat::L_SIB_RELEASES_WRITING),
+            counter_of(&r.counters, "claim_dead_owner"),
+            r.deaths,
+        );
+        for (mode, m) in &sup.modes {
+            let _ = writeln!(
+                s,
+                "  lease {:<21} {:>5} started, {:>5} kills ({} of the holder, {} inside a write), {:>5} pauses",
+                format!("{}:", mode.name()),
+                m.started,
+                m.kills,
+                m.holder_kills,
+                m.write_kills,
+                m.pauses,
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  lease quarantine: quarantined {} quarantine_freed {} quarantine_reaped {} no_buffer {}",
+            counter_of(&r.counters, "quarantined"),
+            counter_of(&r.counters, "quarantine_freed"),
+            counter_of(&r.counters, "quarantine_reaped"),
+            counter_of(&r.counters, "no_buffer"),
+        );
         let _ = writeln!(s, "  lease counters: {}", fmt_counters(&r.counters));
     }
     if let Some(r) = &hb {
@@ -662,6 +736,10 @@ fn summary(
         ctx.stat(stat::V_OTHER)
     );
     s
+}
+
+fn counter_of(c: &[(&str, u64)], name: &str) -> u64 {
+    c.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v)
 }
 
 fn fmt_counters(c: &[(&str, u64)]) -> String {
