@@ -75,12 +75,13 @@ pub struct OwnerLease<T> {
     pub(super) preemption: Preemption,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     pub(super) observed: AtomicBool,
-    /// The last claimant registered through this handle: `process pid << 41 | pid word
-    /// << 8 | holder`, valid while the process pid is this process's (a forked child's
-    /// differs).
-    pub(super) cache: AtomicU64,
-    /// Identity slots this handle pinned (bit `holder - 1`), unpinned on drop.
-    pub(super) pinned: std::sync::Mutex<u64>,
+    /// The last claimants registered through this handle, each `process pid << 41 | pid
+    /// word << 8 | holder`, valid while the process pid is this process's (a forked
+    /// child's differs).
+    pub(super) cache: [AtomicU64; 4],
+    /// The process that pinned, and the identity slots it pinned (bit `holder - 1`),
+    /// unpinned on drop (a forked child's copy pinned nothing).
+    pub(super) pinned: std::sync::Mutex<(u32, u64)>,
     /// Guards' settings: the grace in epochs and the pid their slot names.
     pub(super) guard: super::builder::GuardSettings,
     pub(super) _payload: PhantomData<fn() -> T>,
@@ -88,8 +89,8 @@ pub struct OwnerLease<T> {
 
 impl<T> Drop for OwnerLease<T> {
     fn drop(&mut self) {
-        let pinned = *self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
-        if pinned == 0 {
+        let (by, pinned) = *self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
+        if pinned == 0 || by != cxc_mmf::identity::current_pid() {
             return;
         }
         let me = Identity::current();
@@ -292,8 +293,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             clock: EpochClock::new(epoch),
             preemption,
             observed: AtomicBool::new(false),
-            cache: AtomicU64::new(0),
-            pinned: std::sync::Mutex::new(0),
+            cache: std::array::from_fn(|_| AtomicU64::new(0)),
+            pinned: std::sync::Mutex::new((0, 0)),
             guard: super::builder::GuardSettings::for_mode(epoch),
             _payload: PhantomData,
         }
@@ -344,11 +345,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // pid (cached in a wipe-on-fork page, no system call): a forked child has another
         // pid, so it misses and registers its own slot. Linux pids fit in 22 bits.
         let me = u64::from(cxc_mmf::identity::current_pid());
-        let c = self.cache.load(std::sync::atomic::Ordering::Acquire);
-        if c >> 41 != me || (c >> 8) & PID_WORD_MASK != pid {
-            return None;
-        }
-        Some(c as u8).filter(|h| *h != 0)
+        let want = me << 41 | (pid & PID_WORD_MASK) << 8;
+        self.cache.iter().find_map(|e| {
+            let c = e.load(std::sync::atomic::Ordering::Acquire);
+            (c & !0xFF == want && c & 0xFF != 0).then_some(c as u8)
+        })
     }
 
     /// The holder value for `pid`, registering a slot of the identity table if
@@ -390,20 +391,23 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // Pin the slot for this handle's lifetime, so this process never frees a slot a
         // handle may still use (a forked child's pins are its parent's: start afresh).
         let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
-        let filled_by = self.cache.load(O::Acquire) >> 41;
-        if filled_by != u64::from(me.pid) && filled_by != 0 {
-            *pinned = 0;
+        if pinned.0 != me.pid {
+            *pinned = (me.pid, 0);
         }
         let bit = 1u64 << (h - 1);
-        if *pinned & bit == 0 {
+        if pinned.1 & bit == 0 {
             st.pin(h);
-            *pinned |= bit;
+            pinned.1 |= bit;
         }
         if u64::from(me.pid) < 1 << 23 {
-            self.cache.store(
-                u64::from(me.pid) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h),
-                O::Release,
-            );
+            let entry = u64::from(me.pid) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h);
+            // The first free or stale entry, else the last (the first entries stay hot).
+            let i = self
+                .cache
+                .iter()
+                .position(|e| e.load(O::Acquire) >> 41 != u64::from(me.pid))
+                .unwrap_or(self.cache.len() - 1);
+            self.cache[i].store(entry, O::Release);
         }
         Some(h)
     }
