@@ -28,12 +28,14 @@ pub mod lease;
 #[cfg(not(cxc_loom))]
 pub use heartbeat::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HeartbeatOptions,
-    HeartbeatTable, InFlightBits, ReclaimReport,
+    HeartbeatTable, InFlightBits, ReclaimReport, Registration,
 };
 pub use heartbeat::{HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, heartbeat_counter};
 #[cfg(not(cxc_loom))]
 pub use lease::{GuardError, LeaseBuilder, LeaseGuard, LeaseStatus, OwnedLeaseGuard, OwnerLease};
 pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 #[cfg(not(cxc_loom))]
-pub use semaphore::{HolderInfo, Permit, SemaphoreStats, SharedSemaphore};
+pub use semaphore::{
+    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreStats, SharedSemaphore,
+};
 pub use semaphore::{SemaphoreError, SemaphoreOptions};

@@ -64,7 +64,7 @@ pub use cxc_mmf::{Kind, MmfError};
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
     HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, InFlightBits,
-    ReclaimReport, heartbeat_counter,
+    ReclaimReport, Registration, heartbeat_counter,
 };
 pub use cxc_sync::{
     EpochMode, GuardError, LeaseBuilder, LeaseClaim, LeaseError, LeaseGuard, LeaseOptions,
@@ -85,5 +85,6 @@ pub use cxc_sidecar::{
     Sidecar, SidecarBox, Strategy,
 };
 pub use cxc_sync::{
-    HolderInfo, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats, SharedSemaphore,
+    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats,
+    SharedSemaphore,
 };

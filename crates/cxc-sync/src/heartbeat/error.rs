@@ -26,4 +26,17 @@ pub enum HeartbeatError {
     /// Pid 0 marks a free slot and cannot register.
     #[error("pid 0 cannot register")]
     InvalidPid,
+    /// The registration was fenced: a watchdog declared the worker dead and reclaimed
+    /// its in-flight work (or it was unregistered, or the slot is not this handle's).
+    #[error("heartbeat slot {slot} was fenced: the worker was declared dead")]
+    Fenced {
+        /// The slot.
+        slot: usize,
+    },
+    /// An in-flight bit outside 0..64.
+    #[error("in-flight bit {bit} out of range (0..64)")]
+    BitOutOfRange {
+        /// The bit given.
+        bit: u8,
+    },
 }

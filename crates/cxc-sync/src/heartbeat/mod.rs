@@ -16,6 +16,8 @@
 //! Layout, protocol and pitfalls: `docs/heartbeat.md` and `docs/failover-watchdog.md`.
 
 mod error;
+#[cfg(not(cxc_loom))]
+mod guard;
 mod layout;
 mod slot;
 #[cfg(not(cxc_loom))]
@@ -27,6 +29,8 @@ mod watchdog;
 mod loom_tests;
 
 pub use error::HeartbeatError;
+#[cfg(not(cxc_loom))]
+pub use guard::Registration;
 pub use layout::MAX_CAPACITY as HEARTBEAT_MAX_CAPACITY;
 pub use layout::counter as heartbeat_counter;
 pub use slot::HeartbeatSnapshot;

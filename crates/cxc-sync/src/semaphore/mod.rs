@@ -36,6 +36,8 @@ mod word;
 mod model;
 
 #[cfg(not(cxc_loom))]
+mod guards;
+#[cfg(not(cxc_loom))]
 mod handle;
 #[cfg(not(cxc_loom))]
 mod holder;
@@ -48,6 +50,8 @@ mod stats;
 mod loom_tests;
 
 pub use error::{SemaphoreError, SemaphoreOptions};
+#[cfg(not(cxc_loom))]
+pub use guards::{ManyPermits, OwnedPermit};
 #[cfg(not(cxc_loom))]
 pub use handle::SharedSemaphore;
 #[cfg(not(cxc_loom))]
