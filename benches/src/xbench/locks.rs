@@ -75,7 +75,7 @@ pub(crate) enum Observe {
 
 /// One lease handle, raw or registered with the sidecar.
 enum Lease {
-    Plain(OwnerLease<u64>),
+    Plain(Box<OwnerLease<u64>>),
     Boxed(SidecarBox<OwnerLease<u64>>),
 }
 
@@ -150,7 +150,7 @@ impl Locks {
                 LockKind::Lease => {
                     let l = OwnerLease::open(lease_path(dir, i)).expect("open lease");
                     locks.leases.push(match observe {
-                        Observe::Plain => Lease::Plain(l),
+                        Observe::Plain => Lease::Plain(Box::new(l)),
                         Observe::Recorded => Lease::Boxed(SidecarBox::new(l)),
                         Observe::Adaptive => {
                             Lease::Boxed(SidecarBox::with_policy(l, AdaptiveSpin::new()))
