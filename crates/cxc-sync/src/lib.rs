@@ -12,6 +12,8 @@
 #![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
 
 pub mod backend;
+#[cfg(not(cxc_loom))]
+mod backend_guard;
 pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
@@ -22,6 +24,8 @@ mod semaphore;
 #[cfg(not(cxc_loom))]
 pub use backend::MmapLease;
 pub use backend::{FencedLease, PermitPool};
+#[cfg(not(cxc_loom))]
+pub use backend_guard::{FencedGuard, FencedLeaseGuards, PermitPoolGuards, PoolPermit};
 pub use epoch::EpochMode;
 pub mod lease;
 

@@ -70,7 +70,10 @@ pub use cxc_sync::{
     EpochMode, GuardError, LeaseBuilder, LeaseClaim, LeaseError, LeaseGuard, LeaseOptions,
     LeaseStatus, OwnedLeaseGuard, OwnerLease, Preemption,
 };
-pub use cxc_sync::{FencedLease, MmapLease, PermitPool};
+pub use cxc_sync::{
+    FencedGuard, FencedLease, FencedLeaseGuards, MmapLease, PermitPool, PermitPoolGuards,
+    PoolPermit,
+};
 
 /// Lease internals useful to tools: counter names, type-erased inspection.
 pub mod lease {

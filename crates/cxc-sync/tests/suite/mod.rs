@@ -36,8 +36,39 @@ where
     fenced_operations(&a, &b);
     generations_increase(&a, &b);
     acquire_wakes_on_release(&a, &b);
+    guards(&a, &b);
     let many: Vec<L> = (0..3).map(|_| make()).collect();
     exclusion_under_contention(&many, 15);
+}
+
+/// The guard shape (`FencedLeaseGuards`): exclusion, fenced writes, release on drop, a
+/// loss reported by the stale guard, tokens strictly increasing.
+fn guards<L: FencedLease<Value = u64>>(a: &L, b: &L) {
+    use cxc_sync::{FencedLeaseGuards, GuardError};
+    let g = ok("a guards", a.try_lock_guard()).expect("vacant");
+    assert!(ok("b tries", b.try_lock_guard()).is_none(), "held");
+    g.update(|v| *v += 5).expect("holder updates");
+    let t1 = g.token();
+    assert!(ok("is_current", g.is_current()));
+    drop(g);
+    let g = ok("b guards", b.lock_guard_timeout(Duration::from_secs(5))).expect("released");
+    assert!(g.token() > t1, "tokens increase across guards");
+    let v = g.read().expect("read");
+    g.write(v + 1).expect("write");
+    g.unlock().expect("a current guard unlocks");
+    let g1 = ok("a guards again", a.try_lock_guard()).expect("vacant");
+    // Steal it through the claim API to make g1 stale: release it under g1's feet.
+    assert!(ok("release", a.release(g1.claim())));
+    let g2 = ok("b guards", b.try_lock_guard()).expect("vacant after the release");
+    assert!(
+        matches!(g1.write(0), Err(GuardError::Lost { .. })),
+        "stale guard fenced"
+    );
+    assert!(matches!(g1.unlock(), Err(GuardError::Lost { .. })));
+    assert!(ok("still b", g2.is_current()));
+    assert!(g2.token() > t1);
+    g2.write(0).expect("restore the payload for the next property");
+    drop(g2);
 }
 
 /// L1: one holder; claiming again is idempotent; a blocked claimant times out.
@@ -197,8 +228,25 @@ where
     give_when_full_refused(&a);
     take_all_then_block(&a, &b);
     take_wakes_on_give(&a, &b);
+    pool_guards(&a, &b);
     let many: Vec<P> = (0..4).map(|_| make()).collect();
     never_above_max(&many, 10);
+}
+
+/// The guard shape (`PermitPoolGuards`): permits given back on drop.
+fn pool_guards<P: PermitPool>(a: &P, b: &P) {
+    use cxc_sync::PermitPoolGuards;
+    let max = a.max();
+    let mut held = Vec::new();
+    for _ in 0..max {
+        held.push(ok("take", a.try_permit()).expect("free"));
+    }
+    assert!(ok("none left", b.try_permit()).is_none());
+    held.pop();
+    let p = ok("b waits", b.permit_timeout(Duration::from_secs(5))).expect("one came back");
+    p.give_back().expect("given back");
+    drop(held);
+    assert_eq!(ok("available", a.available()), max);
 }
 
 /// S2: giving with nothing to give is refused and changes nothing.
