@@ -1857,3 +1857,84 @@ fn claim_for_another_pid_survives_that_pids_death() {
         started.elapsed()
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// 11. A live process whose main thread exited, holding the lease mid-write.
+// ---------------------------------------------------------------------------------------
+
+const T11: &str = "holder_whose_main_thread_exited_is_alive";
+
+extern "C" fn exit_this_thread(_: libc::c_int) {
+    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
+    // thread the signal was delivered to (the main thread) without unwinding.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+}
+
+fn main_thread_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')').next()?.trim_start().chars().next()
+}
+
+/// The pattern `pthread_exit(3)` recommends: the main thread exits while a worker thread
+/// runs, here inside `with_lease`. `/proc/PID/stat` then says `Z`, but the process is
+/// alive: it must not be taken over as dead, and its update must be published when the
+/// closure ends.
+#[test]
+fn holder_whose_main_thread_exited_is_alive() {
+    match role().as_deref() {
+        Some("halfexit") => {
+            let lease = open(&path_arg("path"));
+            let pid = me();
+            let worker = std::thread::spawn(move || {
+                let r = lease.with_lease(pid, BIG, |v| {
+                    report("inside");
+                    std::thread::sleep(Duration::from_millis(1500));
+                    *v = [77; 6];
+                });
+                report(format!("published={}", r.is_some()));
+            });
+            let tgid = pid as libc::pid_t;
+            // SAFETY: installs a handler that only makes the exit(2) system call; tgkill
+            // sends the signal to the main thread (tid == pid) of this process.
+            unsafe {
+                libc::signal(
+                    libc::SIGUSR2,
+                    exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                );
+                libc::syscall(libc::SYS_tgkill, tgid, tgid, libc::SIGUSR2);
+            }
+            worker.join().expect("worker");
+            return;
+        }
+        Some(other) => panic!("unknown role {other}"),
+        None => {}
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("lease");
+    let lease = OwnerLease::<P>::create_with(&path, [1; 6], &never()).expect("create");
+    let mut kid = RoleCommand::new(T11, "halfexit").arg("path", &path).spawn();
+    assert_eq!(kid.next_report(REPORT_WAIT), "inside");
+    assert!(
+        wait_until(Duration::from_secs(5), || main_thread_state(kid.pid())
+            == Some('Z')),
+        "the child's main thread did not exit"
+    );
+    let me = me();
+    let t = Instant::now();
+    assert!(
+        lease.acquire(me, BIG, Duration::from_millis(400)).is_none(),
+        "a live process whose main thread exited was taken over as dead"
+    );
+    assert!(t.elapsed() >= Duration::from_millis(400));
+    assert_eq!(counters(&lease)[counter::CLAIM_DEAD], 0);
+    let fin = kid.next_report(REPORT_WAIT);
+    assert!(flag(&fin, "published"), "{fin}");
+    let c = lease
+        .acquire(me, BIG, Duration::from_secs(5))
+        .expect("released by the half-exited holder");
+    assert!(!c.payload_may_be_inconsistent());
+    assert_eq!(lease.read_claimed(&c), Some([77; 6]));
+    assert!(lease.release_claim(&c));
+    let _ = kid.wait_timeout(Duration::from_secs(5));
+}

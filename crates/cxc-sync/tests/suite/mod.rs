@@ -67,7 +67,8 @@ fn guards<L: FencedLease<Value = u64>>(a: &L, b: &L) {
     assert!(matches!(g1.unlock(), Err(GuardError::Lost { .. })));
     assert!(ok("still b", g2.is_current()));
     assert!(g2.token() > t1);
-    g2.write(0).expect("restore the payload for the next property");
+    g2.write(0)
+        .expect("restore the payload for the next property");
     drop(g2);
 }
 
