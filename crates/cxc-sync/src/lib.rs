@@ -18,6 +18,7 @@ pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
 pub mod liveness;
+pub(crate) mod park;
 pub(crate) mod primitive;
 mod semaphore;
 

@@ -12,7 +12,7 @@ use super::ident::pid_word;
 use super::state::{Claimant, Granted, LeaseState, counter};
 use super::watch::DeathWatcher;
 use crate::liveness::Liveness;
-use crate::primitive::{Ordering, fence};
+use crate::primitive::Ordering;
 
 /// How often a blocked `acquire` re-checks staleness and holder death while asleep, when
 /// no death watcher covers the holder (no recorded identity: heartbeat path).
@@ -130,11 +130,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             let mut watcher: Option<DeathWatcher<'_>> = None;
             let mut naps = 0u32;
             let result = loop {
-                st.waiters.fetch_add(1, Ordering::SeqCst);
-                // SYNC: waiters. Pairs with the SeqCst release CAS + waiters load in
-                // `wake_waiters`: either the releaser sees us or we see its release.
-                fence(Ordering::SeqCst);
-                let seq = st.wake.load(Ordering::SeqCst);
+                st.waiters.fetch_add(1, Ordering::Relaxed);
+                // SYNC: park. Announce, then re-check with an RMW on the claim word, so
+                // either the releaser sees our flag or we see its release (`park.rs`).
+                let seq = crate::park::announce(&st.wake);
+                st.recheck();
                 // One OS check per wake-up after the first sleep (a quick handoff pays
                 // none).
                 let check_os = naps > 0;
@@ -164,10 +164,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     naps += 1;
                     match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
                         Some(Duration::ZERO) => timed_out = true,
-                        rem => crate::futex::wait(&st.wake, seq, rem.map_or(nap, |r| r.min(nap))),
+                        rem => {
+                            crate::park::sleep(&st.wake, seq, rem.map_or(nap, |r| r.min(nap)), None)
+                        }
                     }
                 }
-                st.waiters.fetch_sub(1, Ordering::SeqCst);
+                st.waiters.fetch_sub(1, Ordering::Relaxed);
                 if got.is_some() || timed_out {
                     break (got, timed_out);
                 }
@@ -182,6 +184,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             if timed_out {
                 st.bump(counter::TIMEOUTS, 1);
                 flags |= sidecar_flags::WAIT_TIMED_OUT;
+                // We may have taken a wake-up meant for another sleeper: hand it on (the
+                // flag makes the holder's release wake the next one; a vacant lease now).
+                crate::park::announce(&st.wake);
+                if st.recheck().is_vacant() {
+                    st.wake_waiters();
+                }
             }
             if let Some(g) = &got {
                 self.note_grant(g);

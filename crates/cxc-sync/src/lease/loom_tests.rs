@@ -344,3 +344,65 @@ fn loom_stale_writer_resumes_after_takeover() {
         }
     });
 }
+
+/// The blocking claim's round, as `OwnerLease::acquire` runs it (announce, re-check with
+/// an RMW, try, sleep on the announced value), with the model futex: a lost wake-up
+/// deadlocks the model.
+fn blocking_claim(s: &LeaseState, pid: u32) -> super::LeaseClaim {
+    let me = Claimant {
+        holder: holder(s, pid),
+        pid,
+        private: false,
+    };
+    loop {
+        let seq = crate::park::announce(&s.wake);
+        s.recheck();
+        if let Some(g) = s.try_claim(NEVER, me, u64::MAX / 2, 0, unknown, false) {
+            return s.claim_for(g.word, g.torn, pid);
+        }
+        crate::park::sleep(&s.wake, seq, std::time::Duration::ZERO, s.model().as_ref());
+    }
+}
+
+/// No lost wake-up on the lease's blocking path: a waiter that finds the lease held and
+/// sleeps is woken by the release, whatever the interleaving.
+#[test]
+fn loom_no_lost_wakeup() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, _) = claim(&s, NEVER, 20, u64::MAX / 2, false).unwrap();
+        let _ = holder(&s, 30);
+        let s1 = s.clone();
+        let t1 = thread::spawn(move || assert!(s1.release_id(c1.id)));
+        let s2 = s.clone();
+        let t2 = thread::spawn(move || blocking_claim(&s2, 30));
+        t1.join().unwrap();
+        let c2 = t2.join().unwrap();
+        assert_eq!(s.word().id(), c2.id);
+    });
+}
+
+/// Two sleepers and two handovers: waking one at a time loses no one (the woken waiter
+/// announces again before it claims, so its own release wakes the next).
+#[test]
+fn loom_two_waiters_no_lost_wakeup() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, _) = claim(&s, NEVER, 20, u64::MAX / 2, false).unwrap();
+        let _ = holder(&s, 30);
+        let _ = holder(&s, 40);
+        let waiter = |pid: u32| {
+            let s = s.clone();
+            thread::spawn(move || {
+                let c = blocking_claim(&s, pid);
+                assert!(s.release_id(c.id));
+            })
+        };
+        let a = waiter(30);
+        let b = waiter(40);
+        assert!(s.release_id(c1.id));
+        a.join().unwrap();
+        b.join().unwrap();
+        assert!(s.word().is_vacant());
+    });
+}

@@ -136,10 +136,10 @@ pub(crate) struct LeaseState {
     pub(crate) term: AtomicU64,
     /// Claim id that inherited an interrupted write (0 = none).
     pub(crate) torn: AtomicU64,
-    /// Futex word bumped by releases when someone sleeps.
+    /// The wake word (`park.rs`): bit 0 = sleepers, bits 1.. = wake sequence.
     pub(crate) wake: AtomicU32,
-    /// Number of sleeping acquirers (may over-count after a waiter dies; costs one
-    /// spurious wake syscall per release, never a lost wake-up).
+    /// Number of sleeping acquirers, for diagnostics only (may over-count after a waiter
+    /// died); the wake protocol does not read it.
     pub(crate) waiters: AtomicU32,
     /// Reserved (zero).
     _reserved: [AtomicU64; 2],
@@ -160,6 +160,9 @@ pub(crate) struct LeaseState {
     /// Loom models only: holder slots the "OS" reports dead.
     #[cfg(cxc_loom)]
     pub(crate) loom_dead: AtomicU64,
+    /// Loom models only: a futex with real semantics (a lost wake-up deadlocks).
+    #[cfg(cxc_loom)]
+    pub(crate) futex: crate::park::ModelFutex,
 }
 
 #[cfg(not(cxc_loom))]
@@ -240,6 +243,7 @@ impl LeaseState {
             handshake: HandshakeHeader::new(),
             ring: ObservationRing::new(),
             loom_dead: AtomicU64::new(0),
+            futex: crate::park::ModelFutex::new(),
         }
     }
 
@@ -273,12 +277,38 @@ impl LeaseState {
         }
     }
 
-    /// Wakes one sleeper if any (release side of the SeqCst handshake with `acquire`).
+    /// After a release: wakes one sleeper if any may sleep (one load; see `park.rs`).
     #[inline]
     pub(crate) fn wake_waiters(&self) {
-        if self.waiters.load(Ordering::SeqCst) != 0 {
-            self.wake.fetch_add(1, Ordering::SeqCst);
-            crate::futex::wake(&self.wake, 1);
+        if crate::park::has_sleepers(&self.wake) {
+            self.wake_slow();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_slow(&self) {
+        crate::park::wake(&self.wake, 1, self.model().as_ref());
+    }
+
+    /// A blocked claimant's re-check after `park::announce`: the claim word read with a
+    /// read-modify-write, so that it is ordered with every release CAS (see `park.rs`).
+    #[inline]
+    pub(crate) fn recheck(&self) -> Word {
+        // SYNC: park (RMW on the claim word; pairs with the releaser's CAS).
+        Word(self.claim.fetch_add(0, Ordering::SeqCst))
+    }
+
+    /// The loom model futex of this state (none outside loom).
+    #[inline]
+    pub(crate) fn model(&self) -> Option<crate::park::ModelFutexRef<'_>> {
+        #[cfg(cxc_loom)]
+        {
+            Some(crate::park::ModelFutexRef(&self.futex))
+        }
+        #[cfg(not(cxc_loom))]
+        {
+            None
         }
     }
 

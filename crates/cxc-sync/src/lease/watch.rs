@@ -13,7 +13,6 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use super::os::{Identity, Liveness, PidWatch, liveness};
 use super::state::LeaseState;
-use crate::primitive::Ordering;
 
 /// A running watcher of one holder.
 pub(crate) struct DeathWatcher<'scope> {
@@ -84,8 +83,7 @@ impl<'scope> DeathWatcher<'scope> {
                     }
                 }
                 // The holder is gone: wake every sleeper so one takes over at once.
-                state.wake.fetch_add(1, Ordering::SeqCst);
-                crate::futex::wake(&state.wake, u32::MAX);
+                crate::park::wake_all(&state.wake);
             })
             .ok()?;
         Some(DeathWatcher { id, stop, handle })

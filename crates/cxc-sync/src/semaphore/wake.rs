@@ -1,18 +1,13 @@
 //! Sleeping and waking: the sleepers flag in the wake word, the waiter's re-check, and
 //! waking one sleeper per permit.
 //!
-//! Wake word (`SemHead::wake`, the futex word): bit 0 = [`SLEEPERS`], bits 1..32 = wake
-//! sequence, bumped by every wake so a waiter about to sleep on an old value returns.
+//! Wake word (`SemHead::wake`, the futex word): the protocol of `park.rs` (bit 0 =
+//! sleepers, bits 1..32 = wake sequence), shared with the lease.
 
 use super::layout::ctr;
 use super::raw::RawSemaphore;
 use super::word::CountWord;
 use crate::primitive::Ordering;
-
-/// Bit 0 of the wake word: someone may be asleep on it (or about to be).
-pub(crate) const SLEEPERS: u32 = 1;
-/// The wake sequence lives above the flag.
-const WAKE_STEP: u32 = 2;
 
 impl RawSemaphore<'_> {
     /// A blocked acquirer's re-check after [`RawSemaphore::announce_sleeper`]: permits
@@ -37,27 +32,13 @@ impl RawSemaphore<'_> {
     /// sees the flag or a later value. A later value means the wake word changed, so the
     /// waiter's futex wait returns at once.
     pub(crate) fn announce_sleeper(&self) -> u32 {
-        let mut f = self.head.wake.load(Ordering::SeqCst);
-        loop {
-            if f & SLEEPERS != 0 {
-                return f;
-            }
-            match self.head.wake.compare_exchange(
-                f,
-                f | SLEEPERS,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return f | SLEEPERS,
-                Err(now) => f = now,
-            }
-        }
+        crate::park::announce(&self.head.wake)
     }
 
     /// After a release: whether someone may be sleeping (one SeqCst load).
     #[inline]
     pub(crate) fn has_sleepers(&self) -> bool {
-        self.head.wake.load(Ordering::SeqCst) & SLEEPERS != 0
+        crate::park::has_sleepers(&self.head.wake)
     }
 
     /// Clears the sleepers flag, bumps the wake sequence and wakes up to `n` sleepers.
@@ -65,28 +46,15 @@ impl RawSemaphore<'_> {
     /// permit while more remain wakes the next, so waking one per permit loses no one.
     /// A flag left by a waiter that died costs one wake system call, once.
     pub(crate) fn wake_sleepers(&self, n: u32) -> bool {
-        let mut f = self.head.wake.load(Ordering::SeqCst);
-        while f & SLEEPERS != 0 {
-            match self.head.wake.compare_exchange(
-                f,
-                (f & !SLEEPERS).wrapping_add(WAKE_STEP),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => {
-                    self.bump(ctr::WAKES);
-                    #[cfg(cxc_loom)]
-                    if let Some(fx) = self.futex {
-                        fx.wake(n.max(1));
-                        return true;
-                    }
-                    crate::futex::wake(&self.head.wake, n.max(1));
-                    return true;
-                }
-                Err(now) => f = now,
-            }
+        #[cfg(cxc_loom)]
+        let model = self.futex.map(crate::park::ModelFutexRef);
+        #[cfg(not(cxc_loom))]
+        let model: Option<crate::park::ModelFutexRef<'_>> = None;
+        let woke = crate::park::wake(&self.head.wake, n, model.as_ref());
+        if woke {
+            self.bump(ctr::WAKES);
         }
-        false
+        woke
     }
 
     /// A waiter leaving the blocking path while permits remain wakes the next sleeper:

@@ -1,0 +1,163 @@
+//! Parking on a wake word in shared memory: the protocol every blocking path uses.
+//!
+//! Wake word (a futex word in the file): bit 0 = [`SLEEPERS`] ("someone may be asleep
+//! on this word, or about to be"), bits 1..32 = a wake sequence, bumped by every wake so a
+//! waiter about to sleep on an old value returns at once.
+//!
+//! Waiter, per round: [`announce`] (set SLEEPERS, get the value to sleep on), then
+//! re-check its condition **with a read-modify-write on the state word the wakers change
+//! with a CAS** (`fetch_add(0)` or a CAS), then [`sleep`] on the announced value if the
+//! condition still fails. Waker: change the state word with a CAS, then
+//! `if has_sleepers(w) { wake(w, n) }` (one load on the fast path).
+//!
+//! No lost wake-up, with acquire/release reasoning only (loom checks it, see the lease's
+//! and the semaphore's `loom_no_lost_wakeup` models): in the state word's modification
+//! order either the waker's CAS comes first, and the waiter's re-check sees the change; or
+//! the re-check comes first, and then the waker's CAS reads from the re-check's release
+//! sequence, so the waiter's SLEEPERS write happens before the waker's load of the wake
+//! word, which therefore sees the flag or a later value; a later value means the word
+//! changed, so the waiter's futex wait returns at once.
+//!
+//! A wake clears the flag and wakes `n` sleepers; a woken waiter announces again before it
+//! re-checks, and a waiter that leaves without taking what it waited for hands the wake
+//! on ([`wake`] again), so waking one at a time loses no one. A flag left by a waiter that
+//! died costs one spurious wake system call, once.
+
+use std::time::Duration;
+
+use crate::primitive::{AtomicU32, Ordering};
+
+/// Bit 0 of a wake word: someone may be asleep on it (or about to be).
+pub(crate) const SLEEPERS: u32 = 1;
+/// The wake sequence lives above the flag.
+pub(crate) const WAKE_STEP: u32 = 2;
+
+/// Before sleeping: makes sure the sleepers flag is set; returns the value to sleep on.
+#[inline]
+pub(crate) fn announce(word: &AtomicU32) -> u32 {
+    let mut f = word.load(Ordering::SeqCst);
+    loop {
+        if f & SLEEPERS != 0 {
+            return f;
+        }
+        // SYNC: park. The flag write is ordered before the re-check RMW that follows.
+        match word.compare_exchange(f, f | SLEEPERS, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return f | SLEEPERS,
+            Err(now) => f = now,
+        }
+    }
+}
+
+/// After changing the state word: whether someone may be sleeping (one load).
+#[inline]
+pub(crate) fn has_sleepers(word: &AtomicU32) -> bool {
+    // SYNC: park (pairs with `announce` through the state word's RMWs).
+    word.load(Ordering::SeqCst) & SLEEPERS != 0
+}
+
+/// Clears the flag, bumps the sequence and wakes up to `n` sleepers. Returns whether
+/// there were (possibly) sleepers.
+#[cold]
+pub(crate) fn wake(
+    word: &AtomicU32,
+    n: u32,
+    #[allow(unused)] model: Option<&ModelFutexRef<'_>>,
+) -> bool {
+    let mut f = word.load(Ordering::SeqCst);
+    while f & SLEEPERS != 0 {
+        match word.compare_exchange(
+            f,
+            (f & !SLEEPERS).wrapping_add(WAKE_STEP),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => {
+                #[cfg(cxc_loom)]
+                if let Some(m) = model {
+                    m.0.wake(n.max(1));
+                    return true;
+                }
+                crate::futex::wake(word, n.max(1));
+                return true;
+            }
+            Err(now) => f = now,
+        }
+    }
+    false
+}
+
+/// Wakes every sleeper whatever the flag says, and bumps the sequence (a holder's death:
+/// every waiter must look).
+pub(crate) fn wake_all(word: &AtomicU32) {
+    word.fetch_add(WAKE_STEP, Ordering::SeqCst);
+    crate::futex::wake(word, u32::MAX);
+}
+
+/// Sleeps while `word == announced`, at most `timeout`. Returns on a wake, a timeout, a
+/// signal or a changed value; the caller re-checks in every case.
+#[inline]
+pub(crate) fn sleep(
+    word: &AtomicU32,
+    announced: u32,
+    timeout: Duration,
+    #[allow(unused)] model: Option<&ModelFutexRef<'_>>,
+) {
+    #[cfg(cxc_loom)]
+    if let Some(m) = model {
+        let _ = timeout;
+        m.0.wait(word, announced);
+        return;
+    }
+    crate::futex::wait(word, announced, timeout);
+}
+
+/// A reference to the loom model futex (an empty type outside loom, so signatures do not
+/// change between builds).
+#[cfg(cxc_loom)]
+pub(crate) struct ModelFutexRef<'a>(pub(crate) &'a ModelFutex);
+/// A reference to the loom model futex (an empty type outside loom, so signatures do not
+/// change between builds).
+#[cfg(not(cxc_loom))]
+pub(crate) struct ModelFutexRef<'a>(std::marker::PhantomData<&'a ()>);
+
+/// Loom only: futex semantics (compare-and-sleep atomic with respect to wake; a wake
+/// reaches at most `n` of the threads asleep at that moment and is lost if none is; no
+/// spurious wake-ups) built from a loom mutex and condvar, so a lost wake-up shows as a
+/// deadlock.
+#[cfg(cxc_loom)]
+pub(crate) struct ModelFutex {
+    /// `(asleep, tokens)`: threads asleep, wake-ups handed to them but not yet taken.
+    state: loom::sync::Mutex<(u32, u32)>,
+    cv: loom::sync::Condvar,
+}
+
+#[cfg(cxc_loom)]
+impl ModelFutex {
+    pub(crate) fn new() -> Self {
+        ModelFutex {
+            state: loom::sync::Mutex::new((0, 0)),
+            cv: loom::sync::Condvar::new(),
+        }
+    }
+
+    /// Sleeps while `word == expected` until woken.
+    pub(crate) fn wait(&self, word: &AtomicU32, expected: u32) {
+        let mut st = self.state.lock().unwrap();
+        if word.load(Ordering::SeqCst) != expected {
+            return;
+        }
+        st.0 += 1;
+        while st.1 == 0 {
+            st = self.cv.wait(st).unwrap();
+        }
+        st.1 -= 1;
+        st.0 -= 1;
+    }
+
+    pub(crate) fn wake(&self, n: u32) {
+        let mut st = self.state.lock().unwrap();
+        let unwoken = st.0 - st.1;
+        st.1 += n.min(unwoken);
+        self.cv.notify_all();
+    }
+}
