@@ -73,7 +73,20 @@ pub enum EtcdError {
         /// What the key holds.
         found: String,
     },
-    /// An argument is out of range (an empty name, zero permits, a zero TTL…).
+    /// A fenced write was not sent (or not applied) because this handle does not know
+    /// the payload's current version under this claim, while the claim itself is still
+    /// current: an earlier write's outcome was unknown (it timed out or failed in
+    /// transit and may still be applied late), another write through the same claim came
+    /// first, or the handle never read or wrote under this claim. Nothing was written.
+    /// Read under the claim (which learns the version) and decide again.
+    #[error(
+        "etcd write on {key:?}: the value's version under this claim is unknown or moved; read it again before writing"
+    )]
+    Conflict {
+        /// The value key.
+        key: String,
+    },
+    /// An argument is out of range (an empty name, zero permits, a zero or too long TTL…).
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }
