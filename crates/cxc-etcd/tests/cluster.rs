@@ -16,6 +16,14 @@ use cxc_etcd::{Etcd, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLea
 
 const TTL: Duration = Duration::from_secs(2);
 
+/// One cluster at a time: the scenarios measure timing, and three clusters at once on a
+/// small machine would measure each other.
+static ONE_CLUSTER: Mutex<()> = Mutex::new(());
+
+fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn connect(endpoints: &[String], request_timeout: Duration) -> Etcd {
     let opts = EtcdOptions::default()
         .ttl(TTL)
@@ -45,6 +53,7 @@ fn others(c: &EtcdCluster, i: usize) -> Vec<String> {
 /// healthy members gets the permit.
 #[test]
 fn hung_follower_loses_no_claim_and_no_permit() {
+    let _one = one_cluster();
     let mut cluster = EtcdCluster::start(3);
     let leader = cluster.leader();
     let hung = (leader + 1) % 3;
@@ -202,6 +211,7 @@ fn hung_follower_loses_no_claim_and_no_permit() {
 /// applied, and the handle whose write timed out gets `Conflict` until it reads again.
 #[test]
 fn late_write_through_a_hung_member_is_never_applied() {
+    let _one = one_cluster();
     let mut cluster = EtcdCluster::start(3);
     let leader = cluster.leader();
     let hung = (leader + 1) % 3;
@@ -291,6 +301,7 @@ fn value_history(etcd: &Etcd, key: &str) -> Vec<u64> {
 /// after the cluster answers succeed on the first try.
 #[test]
 fn killed_leader_and_quorum_loss() {
+    let _one = one_cluster();
     let mut cluster = EtcdCluster::start(3);
     let timeout = Duration::from_secs(1);
     let leader = cluster.leader();

@@ -178,3 +178,81 @@ fn an_unreachable_server_is_an_error_not_a_hang() {
         "open against no server"
     );
 }
+
+#[test]
+fn ttls_are_validated() {
+    let endpoint = ["http://127.0.0.1:1"];
+    for (ttl, ok) in [
+        (Duration::ZERO, false),
+        (Duration::MAX, false),
+        (Duration::from_secs(9_000_000_001), false),
+        (Duration::from_secs(9_000_000_000), true),
+        (Duration::from_millis(1500), true),
+        (Duration::from_nanos(1), true),
+    ] {
+        let r = Etcd::connect(&endpoint, EtcdOptions::default().ttl(ttl));
+        match (r, ok) {
+            (Ok(_), true) | (Err(EtcdError::InvalidOption(_)), false) => {}
+            (r, _) => panic!("TTL {ttl:?}: expected ok={ok}, got {r:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_hung_server_is_a_timeout() {
+    // Accepts connections and never answers, like a SIGSTOPped member.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let timeout = Duration::from_millis(400);
+    let opts = EtcdOptions::default()
+        .request_timeout(timeout)
+        .connect_timeout(Duration::from_millis(200));
+    let etcd = Etcd::connect(&[format!("http://127.0.0.1:{port}")], opts).expect("lazy connect");
+    let lease = EtcdLease::new(&etcd, "s/hung", 0u64).expect("lease");
+    let pool = EtcdSemaphore::open(&etcd, "s/hung", 1);
+    for (what, r) in [
+        ("claim", lease.try_claim().map(|_| ())),
+        ("holder", lease.holder().map(|_| ())),
+        ("open", pool.map(|_| ())),
+    ] {
+        match r {
+            Err(EtcdError::Timeout { timeout: t, .. }) => assert_eq!(t, timeout),
+            other => panic!("{what} against a hung server: expected Timeout, got {other:?}"),
+        }
+    }
+    drop(listener);
+}
+
+#[test]
+fn a_timed_out_write_leaves_the_version_unknown_until_a_read() {
+    let server = EtcdServer::start();
+    let etcd = connect(&server, KeepAlive::Background);
+    let a = EtcdLease::new(&etcd, "s/version", 0u64).expect("lease");
+    let b =
+        EtcdLease::new(&connect(&server, KeepAlive::Background), "s/version", 0u64).expect("lease");
+    let claim = a.try_claim().expect("claim").expect("vacant");
+    assert!(a.write(&claim, 1).expect("write"));
+    // Another handle using the same claim must read before it writes.
+    assert!(matches!(
+        b.write(&claim, 2),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(b.read(&claim).expect("read"), Some(1));
+    assert!(b.write(&claim, 2).expect("write"));
+    // `a` still knows the version it wrote: the value moved since, so its write is
+    // refused (nothing written) and it must read again.
+    assert!(matches!(
+        a.write(&claim, 3),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert!(matches!(
+        a.write(&claim, 3),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(a.read(&claim).expect("read"), Some(2));
+    assert!(a.write(&claim, 3).expect("write"));
+    // A stale claim is still a plain refusal, known version or not.
+    assert!(a.release(&claim).expect("release"));
+    assert!(!a.write(&claim, 4).expect("stale write"));
+    assert!(!b.write(&claim, 4).expect("stale write"));
+}
