@@ -41,7 +41,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::conn::{Etcd, EtcdOptions, key_str};
 use crate::error::EtcdError;
-use crate::session::Session;
+use crate::session::{KeepAliveStats, Session};
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
 /// A claim on an [`EtcdLease`]: the generation (fencing token) and the session it was
@@ -267,6 +267,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
     /// [`is_current`](FencedLease::is_current) for that.
     pub fn is_lost(&self, claim: &EtcdClaim) -> bool {
         self.session.owns(claim.session) && !self.session.alive(claim.session)
+    }
+
+    /// What the keep-alive of this handle's current session has done: refreshes, failed
+    /// attempts, and the longest gap between two refreshes (keep it below the TTL).
+    pub fn keep_alive_stats(&self) -> KeepAliveStats {
+        self.session.stats()
     }
 
     /// The contender key of session `s`: `N/<s in lowercase hex>`, as etcd's

@@ -32,3 +32,4 @@ pub use cxc_sync::{FencedLease, PermitPool};
 pub use error::EtcdError;
 pub use lease::{EtcdClaim, EtcdLease};
 pub use semaphore::{EtcdPermit, EtcdSemaphore};
+pub use session::KeepAliveStats;

@@ -37,7 +37,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpR
 use crate::conn::{Etcd, EtcdOptions, KeepAlive, key_str};
 use crate::error::EtcdError;
 use crate::lease::{check_name, holder_tag, lease_not_found, revision};
-use crate::session::Session;
+use crate::session::{KeepAliveStats, Session};
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
 /// One permit of an [`EtcdSemaphore`]: its holder key and fencing token.
@@ -233,6 +233,12 @@ impl EtcdSemaphore {
             }
         }
         Ok(current)
+    }
+
+    /// What the keep-alive of this handle's current session has done (see
+    /// [`EtcdLease::keep_alive_stats`](crate::EtcdLease::keep_alive_stats)).
+    pub fn keep_alive_stats(&self) -> KeepAliveStats {
+        self.session.stats()
     }
 
     /// Takes a permit if one is free, without blocking, and returns it.

@@ -41,6 +41,22 @@ const ROUND_PAUSE: Duration = Duration::from_millis(50);
 /// The shortest deadline of one refresh attempt.
 const MIN_ATTEMPT: Duration = Duration::from_millis(50);
 
+/// What the keep-alive of a handle's current session has done so far (see
+/// [`EtcdLease::keep_alive_stats`](crate::EtcdLease::keep_alive_stats)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct KeepAliveStats {
+    /// Successful refreshes (background or by `beat`).
+    pub refreshes: u64,
+    /// Refresh attempts that failed or missed their deadline (each was followed at once
+    /// by an attempt on the next member).
+    pub failed_attempts: u64,
+    /// The longest time between the sending of two successive successful refreshes
+    /// (the first counted from the grant). Compare it with the TTL: the session survives
+    /// while this stays below it.
+    pub max_gap: Duration,
+}
+
 /// The liveness of one etcd lease as this process knows it.
 #[derive(Debug)]
 pub(crate) struct Life {
@@ -50,25 +66,48 @@ pub(crate) struct Life {
     deadline_ns: AtomicU64,
     base: Instant,
     ttl: Duration,
+    /// When the last successful refresh (or the grant) was sent, ns after `base`.
+    last_ns: AtomicU64,
+    refreshes: AtomicU64,
+    failed: AtomicU64,
+    max_gap_ns: AtomicU64,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Life {
     fn new(sent: Instant, ttl: Duration) -> Self {
-        let life = Life {
+        Life {
             gone: AtomicBool::new(false),
-            deadline_ns: AtomicU64::new(0),
+            deadline_ns: AtomicU64::new(ns(ttl)),
             base: sent,
             ttl,
-        };
-        life.refreshed(sent);
-        life
+            last_ns: AtomicU64::new(0),
+            refreshes: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            max_gap_ns: AtomicU64::new(0),
+        }
     }
 
     /// A refresh sent at `sent` succeeded.
     fn refreshed(&self, sent: Instant) {
-        let at = sent.saturating_duration_since(self.base) + self.ttl;
-        let ns = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
-        self.deadline_ns.fetch_max(ns, Ordering::AcqRel);
+        let at = ns(sent.saturating_duration_since(self.base));
+        self.deadline_ns
+            .fetch_max(at.saturating_add(ns(self.ttl)), Ordering::AcqRel);
+        let last = self.last_ns.fetch_max(at, Ordering::AcqRel);
+        self.max_gap_ns
+            .fetch_max(at.saturating_sub(last), Ordering::Relaxed);
+        self.refreshes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn stats(&self) -> KeepAliveStats {
+        KeepAliveStats {
+            refreshes: self.refreshes.load(Ordering::Relaxed),
+            failed_attempts: self.failed.load(Ordering::Relaxed),
+            max_gap: Duration::from_nanos(self.max_gap_ns.load(Ordering::Relaxed)),
+        }
     }
 
     /// Time left before the local deadline (zero once past it).
@@ -188,6 +227,16 @@ impl Session {
     /// Whether lease `id` was granted to this session (one of its last 64 grants).
     pub(crate) fn owns(&self, id: i64) -> bool {
         id != NO_LEASE && self.state().granted.contains(&id)
+    }
+
+    /// The keep-alive statistics of the current session (all zero before the first
+    /// grant).
+    pub(crate) fn stats(&self) -> KeepAliveStats {
+        let st = self.state();
+        if st.id == NO_LEASE {
+            return KeepAliveStats::default();
+        }
+        st.life.stats()
     }
 
     /// Forgets `id` if it is the current session (it expired): the next claim grants a
@@ -324,12 +373,16 @@ async fn keeper(members: Arc<Members>, id: i64, ttl: Duration, request: Duration
                     return;
                 }
                 Ok(Err(e)) => {
+                    life.failed.fetch_add(1, Ordering::Relaxed);
                     members.failed(next);
                     if classify(&e) == Failure::NotSent {
                         members.reconnect(next).await;
                     }
                 }
-                Err(_) => members.failed(next),
+                Err(_) => {
+                    life.failed.fetch_add(1, Ordering::Relaxed);
+                    members.failed(next);
+                }
             }
             next = (next + 1) % n;
             failed_in_row += 1;

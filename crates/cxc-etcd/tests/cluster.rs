@@ -146,8 +146,23 @@ fn hung_follower_loses_no_claim_and_no_permit() {
         assert!(pool.is_current(permit).expect("is_current"), "permit {i}");
         assert!(pool.lost_permits().is_empty(), "permit {i}");
     }
+    let stats: Vec<_> = holders
+        .iter()
+        .map(|(l, _)| l.keep_alive_stats())
+        .chain(pools.iter().map(|(p, _)| p.keep_alive_stats()))
+        .collect();
+    let max_gap = stats.iter().map(|s| s.max_gap).max().unwrap_or_default();
+    let failed: u64 = stats.iter().map(|s| s.failed_attempts).sum();
+    let refreshes: u64 = stats.iter().map(|s| s.refreshes).sum();
+    assert!(refreshes >= 11 * 20, "too few refreshes: {stats:?}");
+    assert!(
+        failed >= 1,
+        "no keep-alive ever went to the hung member: {stats:?}"
+    );
+    assert!(max_gap < TTL, "a refresh gap reached the TTL: {stats:?}");
     eprintln!(
-        "cluster-measure: hung follower 20 s, TTL 2 s: 0/8 claims lost, 0 of {tries} takes on a full pool succeeded"
+        "cluster-measure: hung follower 20 s, TTL 2 s: 0/8 claims lost, 0 of {tries} takes on a full pool succeeded; \
+         11 sessions: {refreshes} refreshes, {failed} attempts timed out, longest gap between refreshes {max_gap:?}"
     );
 
     // A holder whose only endpoint hangs for longer than the TTL really loses its permit.

@@ -1,6 +1,7 @@
-//! Interop with etcd's own lock recipe: `etcdctl lock NAME` (etcd's `concurrency.Mutex`)
-//! and [`EtcdLease`] on the same name exclude each other, and their fencing tokens (the
-//! create revision of the holder's key) come from one sequence.
+//! Interop with etcd's own recipes: `etcdctl lock NAME` (etcd's `concurrency.Mutex`) and
+//! [`EtcdLease`] on the same name exclude each other, and their fencing tokens (the
+//! create revision of the holder's key) come from one sequence; `etcdctl elect NAME`
+//! (`concurrency.Election`) sees an `EtcdLease` holder as its leader.
 //!
 //! `etcdctl lock NAME CMD` runs `CMD` while it holds the lock, with `ETCD_LOCK_KEY` and
 //! `ETCD_LOCK_REV` in its environment; here `CMD` is this test binary in a child role
@@ -291,4 +292,85 @@ fn etcdctl_lock_waits_for_etcd_lease_and_back() {
     assert!(claim.generation() > rev);
     assert!(lease.write(&claim, 5).expect("write"));
     assert!(lease.release(&claim).expect("release"));
+}
+
+/// `etcdctl elect <name> <proposal>` (etcd's `concurrency.Election`) with its output in
+/// `out`; SIGKILLed on drop.
+fn etcdctl_elect(endpoint: &str, args: &[&str], out: &Path) -> Etcdctl {
+    let child = Command::new(etcdctl_binary())
+        .arg(format!("--endpoints={endpoint}"))
+        .arg("elect")
+        .args(args)
+        .env("ETCDCTL_API", "3")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(out).expect("output file"))
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn etcdctl");
+    Etcdctl(child)
+}
+
+/// Elections use the same layout: `etcdctl elect -l` sees an `EtcdLease` holder as the
+/// leader (its key and `host:pid`), a campaign waits until the lease is released, and
+/// then the lease sees the elected proposal as its holder.
+#[test]
+fn etcdctl_elect_sees_the_etcd_lease_holder_as_leader() {
+    child_dispatch();
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = "interop/elect";
+    let lease = lease(&server, name);
+    let ours = lease.try_claim().expect("claim").expect("vacant");
+    let tag = lease.holder().expect("holder").expect("held").0;
+
+    let observed = dir.path().join("observe.out");
+    let observer = etcdctl_elect(&server.endpoint(), &["-l", name], &observed);
+    let seen = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = std::fs::read_to_string(&observed).unwrap_or_default();
+            if s.contains(&tag) {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcdctl elect -l printed {s:?}, not {tag:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert!(
+        seen.contains(&format!("{name}/{:x}", ours.session())),
+        "{seen}"
+    );
+    drop(observer);
+
+    let campaign = dir.path().join("campaign.out");
+    let _candidate = etcdctl_elect(&server.endpoint(), &[name, "go-proposal"], &campaign);
+    std::thread::sleep(Duration::from_millis(1500));
+    let early = std::fs::read_to_string(&campaign).unwrap_or_default();
+    assert!(
+        !early.contains("go-proposal"),
+        "elected while the lease was held: {early:?}"
+    );
+    assert!(lease.release(&ours).expect("release"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&campaign)
+        .unwrap_or_default()
+        .contains("go-proposal")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "etcdctl elect not elected after the release"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        lease.try_claim().expect("claim"),
+        None,
+        "the elected leader holds"
+    );
+    let (value, rev) = lease.holder().expect("holder").expect("held");
+    assert_eq!(value, "go-proposal");
+    assert!(rev > ours.generation());
 }
