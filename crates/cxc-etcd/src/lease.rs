@@ -191,10 +191,13 @@ fn nth_get(resp: &TxnResponse, n: usize) -> Option<(i64, i64, Vec<u8>, Vec<u8>)>
 /// What one claim attempt found.
 enum Attempt {
     Claimed(EtcdClaim),
-    /// Held by the contender key `owner`, seen at store revision `rev`.
+    /// Held by the contender key `owner`, seen at store revision `rev` (the latest
+    /// revision, so a watch from `rev + 1` starts in sync and gets the delete at once);
+    /// `still_held`: `owner` still existed at `rev`.
     Held {
         owner: Vec<u8>,
         rev: i64,
+        still_held: bool,
     },
 }
 
@@ -361,23 +364,34 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
             }));
         }
         // Someone else holds it: withdraw our key (as `concurrency.Mutex::TryLock`
-        // does), fenced by its create revision.
+        // does), fenced by its create revision, and look at the holder's key again in
+        // the same step.
         let withdraw = Txn::new()
             .when([Compare::create_revision(
                 mine.clone(),
                 CompareOp::Equal,
                 my_rev,
             )])
-            .and_then([TxnOp::delete(mine.clone(), None)]);
-        if let Err(e) = self.etcd.txn("withdraw", &mine, withdraw) {
-            // Our key may linger and become the holder once the others leave: end the
-            // session (revoked in the background), which deletes it.
-            self.session.expired(session);
-            return Err(e);
-        }
+            .and_then([
+                TxnOp::delete(mine.clone(), None),
+                TxnOp::get(first_key.clone(), None),
+            ])
+            .or_else([TxnOp::get(first_key.clone(), None)]);
+        let resp = match self.etcd.txn("withdraw", &mine, withdraw) {
+            Ok(r) => r,
+            Err(e) => {
+                // Our key may linger and become the holder once the others leave: end
+                // the session (revoked in the background), which deletes it.
+                self.session.expired(session);
+                return Err(e);
+            }
+        };
+        let rev = revision(&resp, "withdraw", &mine)?;
+        let still_held = nth_get(&resp, 0).is_some_and(|(created, ..)| created == first_rev);
         Ok(Attempt::Held {
             owner: first_key,
             rev,
+            still_held,
         })
     }
 
@@ -433,13 +447,21 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
     fn acquire(&self, timeout: Duration) -> Result<Option<EtcdClaim>, EtcdError> {
         let deadline = Instant::now().checked_add(timeout);
         loop {
-            let (owner, seen) = match self.claim_once()? {
+            let (owner, seen, still_held) = match self.claim_once()? {
                 Attempt::Claimed(c) => return Ok(Some(c)),
-                Attempt::Held { owner, rev } => (owner, rev),
+                Attempt::Held {
+                    owner,
+                    rev,
+                    still_held,
+                } => (owner, rev, still_held),
             };
             let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 return Ok(None);
+            }
+            if !still_held {
+                // Released between our claim and our withdraw: claim again at once.
+                continue;
             }
             wait_for_delete(&self.etcd, &owner, false, seen + 1, left.min(MAX_WAIT));
         }
