@@ -40,6 +40,9 @@ use crate::lease::{check_name, holder_tag, lease_not_found, revision};
 use crate::session::{KeepAliveStats, Session};
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
+/// How many count-then-take rounds one take attempt makes before it reports contention.
+const TAKE_ROUNDS: usize = 32;
+
 /// One permit of an [`EtcdSemaphore`]: its holder key and fencing token.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EtcdPermit {
@@ -327,9 +330,16 @@ impl EtcdSemaphore {
     }
 
     /// One take: `Ok(Ok(permit))` taken, `Ok(Err(rev))` full at revision `rev`.
+    ///
+    /// Bounded: after `TAKE_ROUNDS` lost races (other takers' keys appearing between our
+    /// count and our transaction) it reports the pool as busy at the last revision
+    /// counted, as if it were full; `take_permit` then waits for a give (at most 1 s)
+    /// and tries again.
     fn take_once(&self) -> Result<Result<EtcdPermit, i64>, EtcdError> {
-        loop {
+        let mut last = 0;
+        for _ in 0..TAKE_ROUNDS {
             let (count, rev) = self.count()?;
+            last = rev;
             if count >= self.max {
                 return Ok(Err(rev));
             }
@@ -347,6 +357,9 @@ impl EtcdSemaphore {
             }
             // Another holder key appeared since we counted: count again.
         }
+        // Lost every race: report the pool busy; a waiting take watches for a delete
+        // (at most 1 s) and tries again.
+        Ok(Err(last))
     }
 
     fn put_holder(&self, session: i64, counted_at: i64) -> Result<Option<EtcdPermit>, EtcdError> {
