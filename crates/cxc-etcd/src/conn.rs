@@ -24,7 +24,9 @@ pub enum KeepAlive {
     Background,
     /// Only [`beat`](cxc_sync::FencedLease::beat) refreshes the session: a holder that
     /// does not beat within the TTL loses its claim even if its process is alive. The
-    /// analogue of `OwnerLease`'s heartbeat grace. (Semaphores always use `Background`.)
+    /// analogue of `OwnerLease`'s heartbeat grace. A beat that comes after the session's
+    /// local deadline (the last refresh's send time + TTL) returns `false`: the claim is
+    /// presumed lost and the session is ended. (Semaphores always use `Background`.)
     OnBeat,
 }
 

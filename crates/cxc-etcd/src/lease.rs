@@ -272,6 +272,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         self.session.owns(claim.session) && !self.session.alive(claim.session)
     }
 
+    /// The loss notification: blocks until `claim` is known or presumed lost (as
+    /// [`EtcdLease::is_lost`]; `true`) or `timeout` passes (`false`). Wakes when the
+    /// keep-alive finds the session gone, and at the session's local deadline if no
+    /// refresh moved it. No request is made, so it answers while etcd is unreachable.
+    /// A claim that is not this handle's is reported lost at once.
+    pub fn wait_lost(&self, claim: &EtcdClaim, timeout: Duration) -> bool {
+        self.session.wait_lost(claim.session, timeout)
+    }
+
     /// What the keep-alive of this handle's current session has done: refreshes, failed
     /// attempts, and the longest gap between two refreshes (keep it below the TTL).
     pub fn keep_alive_stats(&self) -> KeepAliveStats {

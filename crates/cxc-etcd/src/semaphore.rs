@@ -208,6 +208,28 @@ impl EtcdSemaphore {
         std::mem::take(&mut p.lost)
     }
 
+    /// The loss notification: blocks until one of this handle's permits is known or
+    /// presumed lost, or `timeout` passes, and returns the lost permits (as
+    /// [`EtcdSemaphore::lost_permits`]; empty on timeout, and at once if the handle
+    /// holds no permit). No request is made.
+    pub fn wait_lost(&self, timeout: Duration) -> Vec<EtcdPermit> {
+        let session = {
+            let mut p = self.permits();
+            self.prune(&mut p);
+            if !p.lost.is_empty() {
+                return std::mem::take(&mut p.lost);
+            }
+            // Every held permit is on the current session now (the others were pruned).
+            match p.held.first() {
+                Some(h) => h.session,
+                // Nothing held, nothing to lose.
+                None => return Vec::new(),
+            }
+        };
+        self.session.wait_lost(session, timeout);
+        self.lost_permits()
+    }
+
     /// Whether `permit` is known or presumed lost, without a request (see
     /// [`EtcdSemaphore::lost_permits`]). `false` does not prove it current.
     pub fn is_lost(&self, permit: &EtcdPermit) -> bool {

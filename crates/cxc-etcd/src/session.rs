@@ -27,7 +27,7 @@
 //! the margin for scheduling delays and a second failed member.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::conn::{Etcd, Failure, KeepAlive, Members, classify};
@@ -71,6 +71,9 @@ pub(crate) struct Life {
     refreshes: AtomicU64,
     failed: AtomicU64,
     max_gap_ns: AtomicU64,
+    /// Wakes [`Life::wait_lost`] when the lease is found gone.
+    lost_lock: Mutex<()>,
+    lost_cv: Condvar,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -88,6 +91,37 @@ impl Life {
             refreshes: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             max_gap_ns: AtomicU64::new(0),
+            lost_lock: Mutex::new(()),
+            lost_cv: Condvar::new(),
+        }
+    }
+
+    /// Marks the lease gone and wakes the waiters.
+    fn mark_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+        let _g = self.lost_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.lost_cv.notify_all();
+    }
+
+    /// Blocks until the lease is known or presumed lost (`true`), or `until` passes
+    /// (`false`). Wakes when the keep-alive finds it gone, and at the local deadline.
+    fn wait_lost(&self, until: Instant) -> bool {
+        let mut g = self.lost_lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if !self.alive() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            // The deadline may move on (refreshes): wake at it, and check again.
+            let wake = (until - now).min(self.left() + Duration::from_millis(1));
+            g = self
+                .lost_cv
+                .wait_timeout(g, wake)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -122,6 +156,7 @@ impl Life {
             return false;
         }
         if self.left().is_zero() {
+            // (No notify: every waiter also wakes at the deadline by itself.)
             self.gone.store(true, Ordering::Release);
             return false;
         }
@@ -224,6 +259,22 @@ impl Session {
         st.id == id && id != NO_LEASE && st.life.alive()
     }
 
+    /// Blocks until lease `id` is known or presumed lost (`true`, at once if it is not
+    /// this session's current lease), or `timeout` passes (`false`). No request is made.
+    pub(crate) fn wait_lost(&self, id: i64, timeout: Duration) -> bool {
+        let life = {
+            let st = self.state();
+            if st.id != id || id == NO_LEASE {
+                return true;
+            }
+            st.life.clone()
+        };
+        let until = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        life.wait_lost(until)
+    }
+
     /// Whether lease `id` was granted to this session (one of its last 64 grants).
     pub(crate) fn owns(&self, id: i64) -> bool {
         id != NO_LEASE && self.state().granted.contains(&id)
@@ -244,7 +295,7 @@ impl Session {
     pub(crate) fn expired(&self, id: i64) {
         let mut st = self.state();
         if st.id == id {
-            st.life.gone.store(true, Ordering::Release);
+            st.life.mark_gone();
             st.id = NO_LEASE;
             if let Some(k) = st.keeper.take() {
                 k.abort();
@@ -355,7 +406,7 @@ async fn keeper(members: Arc<Members>, id: i64, ttl: Duration, request: Duration
         loop {
             let left = life.left();
             if left.is_zero() || life.gone.load(Ordering::Acquire) {
-                life.gone.store(true, Ordering::Release);
+                life.mark_gone();
                 revoke(&members, id, per_try.max(MIN_ATTEMPT)).await;
                 return;
             }
@@ -369,7 +420,7 @@ async fn keeper(members: Arc<Members>, id: i64, ttl: Duration, request: Duration
                     break;
                 }
                 Ok(Ok(false)) => {
-                    life.gone.store(true, Ordering::Release);
+                    life.mark_gone();
                     return;
                 }
                 Ok(Err(e)) => {

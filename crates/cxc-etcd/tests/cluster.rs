@@ -178,16 +178,11 @@ fn hung_follower_loses_no_claim_and_no_permit() {
     let watcher = {
         let (pool, lost_at) = (pool.clone(), lost_at.clone());
         std::thread::spawn(move || {
-            // The loss check makes no request: it answers while the endpoint hangs.
-            while hung_at.elapsed() < TTL * 3 {
-                let lost = pool.lost_permits();
-                if !lost.is_empty() {
-                    *lost_at.lock().expect("lock") = Some(hung_at.elapsed());
-                    return lost;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Vec::new()
+            // The loss notification makes no request: it answers while the endpoint
+            // hangs.
+            let lost = pool.wait_lost(TTL * 3);
+            *lost_at.lock().expect("lock") = Some(hung_at.elapsed());
+            lost
         })
     };
     let rival_permit = rival
@@ -204,6 +199,10 @@ fn hung_follower_loses_no_claim_and_no_permit() {
     );
     let lost = watcher.join().expect("watcher");
     let learnt = *lost_at.lock().expect("lock");
+    assert!(
+        learnt.is_some_and(|t| t < TTL + Duration::from_secs(1)),
+        "the loss notification came at {learnt:?}, TTL {TTL:?}"
+    );
     assert_eq!(
         lost,
         vec![permit.clone()],

@@ -256,3 +256,37 @@ fn a_timed_out_write_leaves_the_version_unknown_until_a_read() {
     assert!(!a.write(&claim, 4).expect("stale write"));
     assert!(!b.write(&claim, 4).expect("stale write"));
 }
+
+#[test]
+fn the_loss_notification_fires_at_the_local_deadline_and_not_before() {
+    let server = EtcdServer::start();
+    // Kept alive in the background: not lost while we wait.
+    let kept =
+        EtcdLease::new(&connect(&server, KeepAlive::Background), "s/kept", 0u64).expect("lease");
+    let kc = kept.try_claim().expect("claim").expect("vacant");
+    let t = Instant::now();
+    assert!(
+        !kept.wait_lost(&kc, TTL * 2),
+        "a kept-alive claim reported lost"
+    );
+    assert!(t.elapsed() >= TTL * 2);
+    assert!(!kept.is_lost(&kc));
+    assert!(kept.is_current(&kc).expect("is_current"));
+    // Beat-driven and never beaten: lost at its local deadline (grant + TTL), which is
+    // no later than etcd's expiry.
+    let idle = EtcdLease::new(&connect(&server, KeepAlive::OnBeat), "s/idle", 0u64).expect("lease");
+    let t = Instant::now();
+    let ic = idle.try_claim().expect("claim").expect("vacant");
+    assert!(idle.wait_lost(&ic, TTL * 5), "never reported lost");
+    let after = t.elapsed();
+    assert!(
+        after <= TTL + Duration::from_millis(500),
+        "reported lost after {after:?}"
+    );
+    assert!(idle.is_lost(&ic));
+    assert!(!idle.is_current(&ic).expect("is_current"));
+    assert!(
+        !idle.beat(&ic).expect("beat"),
+        "a presumed-lost claim cannot be beaten back"
+    );
+}
