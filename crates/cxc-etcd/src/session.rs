@@ -218,6 +218,7 @@ impl Session {
             return Ok(st.id);
         }
         let old = std::mem::replace(&mut st.id, NO_LEASE);
+        st.life.mark_gone();
         if let Some(k) = st.keeper.take() {
             k.abort();
         }
