@@ -11,7 +11,7 @@
 //! - [`EtcdSemaphore`]: [`PermitPool`] on etcd: at most `max` holder keys, each under its
 //!   holder's session, so a dead holder's permits come back when its session expires.
 //!   Each [`EtcdPermit`] carries a fencing token, and a loss check tells a holder that
-//!   its permit is lost.
+//!   its permit is lost; [`EtcdPermitGuard`] is the RAII form (gives back on drop).
 //! - [`EtcdError`]: what can go wrong (contention is not an error).
 //!
 //! The traits live in [`cxc_sync::backend`]; code written against them runs on
@@ -23,6 +23,7 @@
 mod conn;
 mod error;
 mod lease;
+mod permit;
 mod semaphore;
 mod session;
 mod wait;
@@ -31,5 +32,6 @@ pub use conn::{Etcd, EtcdOptions, KeepAlive};
 pub use cxc_sync::{FencedLease, PermitPool};
 pub use error::EtcdError;
 pub use lease::{EtcdClaim, EtcdLease};
+pub use permit::EtcdPermitGuard;
 pub use semaphore::{EtcdPermit, EtcdSemaphore};
 pub use session::KeepAliveStats;

@@ -290,3 +290,37 @@ fn the_loss_notification_fires_at_the_local_deadline_and_not_before() {
         "a presumed-lost claim cannot be beaten back"
     );
 }
+
+#[test]
+fn permit_guards_give_back_on_drop_and_report_on_release() {
+    let server = EtcdServer::start();
+    let pool =
+        EtcdSemaphore::open(&connect(&server, KeepAlive::Background), "s/guards", 2).expect("pool");
+    let a = pool.try_acquire().expect("take").expect("free");
+    let b = pool
+        .acquire_timeout(Duration::from_secs(1))
+        .expect("take")
+        .expect("free");
+    assert!(b.token() > a.token(), "tokens grow");
+    assert!(
+        pool.try_acquire().expect("take").is_none(),
+        "pool of 2 is full"
+    );
+    assert!(a.is_current().expect("is_current") && !a.is_lost());
+    assert_eq!(pool.held(), 2);
+    drop(a);
+    assert_eq!(pool.available().expect("available"), 1, "drop gave it back");
+    assert_eq!(pool.held(), 1);
+    assert!(b.release().expect("release"), "a held permit is given back");
+    assert_eq!(pool.available().expect("available"), 2);
+    // A guard turned into a plain permit stays held until given.
+    let c = pool
+        .try_acquire()
+        .expect("take")
+        .expect("free")
+        .into_permit();
+    assert_eq!(pool.available().expect("available"), 1);
+    assert!(pool.give_permit(&c).expect("give"));
+    assert!(!pool.give_permit(&c).expect("give"), "given twice");
+    assert_eq!(pool.available().expect("available"), 2);
+}
