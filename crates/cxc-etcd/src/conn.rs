@@ -138,6 +138,12 @@ pub(crate) fn classify(e: &etcd_client::Error) -> Failure {
             if code == CODE_DEADLINE_EXCEEDED || code == CODE_CANCELLED {
                 return Failure::Timeout;
             }
+            // etcd's own timeouts ("etcdserver: request timed out", also "…, possibly
+            // due to previous leader failure" / "… connection lost") are Unavailable:
+            // the proposal may still be committed, the outcome is unknown.
+            if code == CODE_UNAVAILABLE && s.message().contains("request timed out") {
+                return Failure::Timeout;
+            }
             // tonic reports a failed TCP connect as Unavailable with the connector's
             // message; the request never left this process.
             let text = format!("{s:?}");

@@ -32,8 +32,10 @@ pub enum EtcdError {
         #[source]
         source: etcd_client::Error,
     },
-    /// A request got no answer in time (e.g. the server is restarting). Its outcome is
-    /// unknown: a write or release may or may not have been applied.
+    /// A request got no answer in time: the request timeout passed (a hung or
+    /// restarting member), the call was cancelled in flight, or etcd itself answered
+    /// "request timed out". Its outcome is unknown: a write or release may or may not
+    /// have been applied, possibly later.
     #[error("etcd {op} on {key:?} got no answer within {timeout:?}")]
     Timeout {
         /// The operation.
