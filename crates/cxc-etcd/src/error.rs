@@ -78,8 +78,9 @@ pub enum EtcdError {
     /// A fenced write was not sent (or not applied) because this handle does not know
     /// the payload's current version under this claim, while the claim itself is still
     /// current: an earlier write's outcome was unknown (it timed out or failed in
-    /// transit and may still be applied late), another write through the same claim came
-    /// first, or the handle never read or wrote under this claim. Nothing was written.
+    /// transit and may still be applied late), another handle wrote under the same claim
+    /// first, or this handle neither made the claim nor read or wrote under it. Nothing
+    /// was written.
     /// Read under the claim (which learns the version) and decide again.
     #[error(
         "etcd write on {key:?}: the value's version under this claim is unknown or moved; read it again before writing"

@@ -365,8 +365,18 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         let (first_rev, _, first_key, _) =
             nth_get(&resp, base).ok_or(protocol("no contender key in a transaction"))?;
         if first_rev == my_rev {
+            // A new claim learns the payload's version. Claiming again what this handle
+            // already holds does not: after a write with an unknown outcome only a read
+            // makes the version known again (the caller must look at the value).
             let version = nth_get(&resp, base + 1).map_or(0, |v| v.1);
-            self.learn(my_rev, Some(version));
+            let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            if known.generation != my_rev {
+                *known = Known {
+                    generation: my_rev,
+                    version: Some(version),
+                };
+            }
+            drop(known);
             return Ok(Attempt::Claimed(EtcdClaim {
                 generation: my_rev,
                 session,
@@ -501,9 +511,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
     /// [`EtcdError::Conflict`] (nothing written) if the claim is current but the
     /// version is unknown or moved: after a write that timed out or failed in transit
     /// (it may still be applied late; the version check makes sure it cannot land after
-    /// a newer write), after a write through another handle or thread, or before the
-    /// handle read or wrote under the claim. Read again, then write. A write that fails
-    /// with any error leaves the version unknown, for every thread sharing the handle.
+    /// a newer write), after a write through another handle under the same claim, or
+    /// when this handle neither made the claim nor read or wrote under it. Read again,
+    /// then write. A write that fails with any error leaves the version unknown, for
+    /// every thread sharing the handle, until one of them reads.
     fn write(&self, claim: &EtcdClaim, value: T) -> Result<bool, EtcdError> {
         let Some(known) = self.known(claim.generation) else {
             // Tell a stale claim (Ok(false)) from a current one with an unknown version.

@@ -251,10 +251,29 @@ fn a_timed_out_write_leaves_the_version_unknown_until_a_read() {
     ));
     assert_eq!(a.read(&claim).expect("read"), Some(2));
     assert!(a.write(&claim, 3).expect("write"));
+    // Claiming again what the handle holds does not make a moved version known again:
+    // only a read does.
+    assert_eq!(b.read(&claim).expect("read"), Some(3));
+    assert!(b.write(&claim, 4).expect("write"));
+    assert!(matches!(
+        a.write(&claim, 5),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(
+        a.try_claim().expect("claim"),
+        Some(claim),
+        "idempotent re-claim"
+    );
+    assert!(matches!(
+        a.write(&claim, 5),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(a.read(&claim).expect("read"), Some(4));
+    assert!(a.write(&claim, 5).expect("write"));
     // A stale claim is still a plain refusal, known version or not.
     assert!(a.release(&claim).expect("release"));
-    assert!(!a.write(&claim, 4).expect("stale write"));
-    assert!(!b.write(&claim, 4).expect("stale write"));
+    assert!(!a.write(&claim, 6).expect("stale write"));
+    assert!(!b.write(&claim, 6).expect("stale write"));
 }
 
 #[test]
