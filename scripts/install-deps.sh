@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the workspace needs beyond a Rust toolchain, on Debian:
 #   etcd-server        the `etcd` binary that crates/cxc-etcd's tests start on loopback
+#   etcd-client        `etcdctl`, for the interop tests (`etcdctl lock` / `etcdctl elect`
+#                      against the same names as cxc-etcd)
 #   protobuf-compiler  `protoc`, for etcd-client's build script
 #   libprotobuf-dev    the well-known .proto includes (google/protobuf/descriptor.proto,
 #                      struct.proto) that etcd's protos import; protobuf-compiler alone
@@ -11,11 +13,12 @@ set -euo pipefail
 
 need=()
 command -v etcd >/dev/null 2>&1 || [[ -x /usr/bin/etcd ]] || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || [[ -x /usr/bin/etcdctl ]] || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/descriptor.proto ]] || need+=(libprotobuf-dev)
 
 if ((${#need[@]} == 0)); then
-    echo "install-deps: etcd, protoc and the protobuf includes already present" >&2
+    echo "install-deps: etcd, etcdctl, protoc and the protobuf includes already present" >&2
     exit 0
 fi
 
@@ -41,5 +44,5 @@ fi
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
     "${sudo[@]}" systemctl stop etcd || true
 fi
-command -v etcd >/dev/null && command -v protoc >/dev/null
+command -v etcd >/dev/null && command -v etcdctl >/dev/null && command -v protoc >/dev/null
 echo "install-deps: installed ${need[*]}" >&2

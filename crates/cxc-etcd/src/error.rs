@@ -32,8 +32,10 @@ pub enum EtcdError {
         #[source]
         source: etcd_client::Error,
     },
-    /// A request got no answer in time (e.g. the server is restarting). Its outcome is
-    /// unknown: a write or release may or may not have been applied.
+    /// A request got no answer in time: the request timeout passed (a hung or
+    /// restarting member), the call was cancelled in flight, or etcd itself answered
+    /// "request timed out". Its outcome is unknown: a write or release may or may not
+    /// have been applied, possibly later.
     #[error("etcd {op} on {key:?} got no answer within {timeout:?}")]
     Timeout {
         /// The operation.
@@ -73,7 +75,21 @@ pub enum EtcdError {
         /// What the key holds.
         found: String,
     },
-    /// An argument is out of range (an empty name, zero permits, a zero TTL…).
+    /// A fenced write was not sent (or not applied) because this handle does not know
+    /// the payload's current version under this claim, while the claim itself is still
+    /// current: an earlier write's outcome was unknown (it timed out or failed in
+    /// transit and may still be applied late), another handle wrote under the same claim
+    /// first, or this handle neither made the claim nor read or wrote under it. Nothing
+    /// was written.
+    /// Read under the claim (which learns the version) and decide again.
+    #[error(
+        "etcd write on {key:?}: the value's version under this claim is unknown or moved; read it again before writing"
+    )]
+    Conflict {
+        /// The value key.
+        key: String,
+    },
+    /// An argument is out of range (an empty name, zero permits, a zero or too long TTL…).
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }

@@ -2,35 +2,46 @@
 //!
 //! # Protocol
 //!
-//! Keys under the lease's name `N`:
+//! The lease named `N` is a lock in the layout of etcd's concurrency package
+//! (`concurrency.Mutex`, `concurrency.Election`, `etcdctl lock N`, `etcdctl elect N`):
 //!
-//! | key         | value                    | attached to         | meaning                    |
-//! |-------------|--------------------------|---------------------|----------------------------|
-//! | `N/owner`   | holder tag (`host:pid`)  | holder's session    | present ⇔ the lease is held |
-//! | `N/value`   | the payload's bytes      | nothing (persists)  | the guarded payload        |
+//! | key               | value                    | attached to         | meaning                      |
+//! |-------------------|--------------------------|---------------------|------------------------------|
+//! | `N/<session hex>` | holder tag (`host:pid`)  | holder's session    | one contender; the one with the lowest create revision holds |
+//! | `N.value`         | the payload's bytes      | nothing (persists)  | the guarded payload (outside the contender prefix) |
 //!
-//! - **claim**: `txn(create_revision(N/owner) == 0) then put(N/owner, lease = session)
-//!   else get(N/owner)`. The generation is the owner key's create revision (the txn's
-//!   revision); in the else branch, an owner key on our own session is our claim.
-//! - **write / read / release**: `txn(create_revision(N/owner) == generation) then
-//!   put(N/value) / get(N/value) / delete(N/owner)`. etcd evaluates the compare and applies
-//!   the operation as one step, so a stale claim's operation is refused by the server.
-//! - **failover**: the owner key is deleted by etcd when the holder's session expires.
+//! - **claim**: `txn(create_revision(N/<s>) == 0) then put(N/<s>, lease = s),
+//!   get(first N/ by create), get(N.value) else get(N/<s>), get(first N/ by create),
+//!   get(N.value)`. The claim holds iff our key is the first; its create revision is the
+//!   generation. If not, our key is deleted again (as `concurrency.Mutex::TryLock` does).
+//! - **write**: `txn(create_revision(N/<s>) == generation ∧ mod_revision(N.value) ==
+//!   known) then put(N.value)`, where `known` is the value's version this handle last
+//!   read or wrote under the claim. A request delivered late finds a newer version and
+//!   is refused. After a write whose outcome is unknown the handle forgets `known`, and
+//!   writes fail with [`EtcdError::Conflict`] until it reads again.
+//! - **read / release**: `txn(create_revision(N/<s>) == generation) then get(N.value) /
+//!   delete(N/<s>)`.
+//! - **failover**: the contender key is deleted by etcd when the holder's session
+//!   expires.
 //!
 //! Revisions only grow (they survive restarts: they are in etcd's write-ahead log), and
-//! every claim creates the owner key anew, so a later claim always has a larger
-//! generation: the create revision is a fencing token.
+//! every claim creates its key anew, so a later claim always has a larger generation:
+//! the create revision is a fencing token.
 
 use std::marker::PhantomData;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cxc_sync::FencedLease;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
+};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::conn::{Etcd, EtcdOptions, key_str};
 use crate::error::EtcdError;
-use crate::session::Session;
+use crate::session::{KeepAliveStats, Session};
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
 /// A claim on an [`EtcdLease`]: the generation (fencing token) and the session it was
@@ -42,8 +53,9 @@ pub struct EtcdClaim {
 }
 
 impl EtcdClaim {
-    /// The fencing token: the owner key's create revision. Strictly greater for every
-    /// later claim of the same lease.
+    /// The fencing token: the create revision of the claim's contender key. Strictly
+    /// greater for every later claim of the same lease (also for claims made through
+    /// `etcdctl lock` or etcd's `concurrency.Mutex` on the same name).
     pub fn generation(&self) -> u64 {
         self.generation as u64
     }
@@ -54,12 +66,23 @@ impl EtcdClaim {
     }
 }
 
+/// The payload version a handle knows: the value key's mod revision under a claim.
+#[derive(Debug, Clone, Copy, Default)]
+struct Known {
+    /// The claim's generation the version was learnt under (0: none).
+    generation: i64,
+    /// The value key's mod revision (0: the key does not exist); `None` after a write
+    /// whose outcome is unknown.
+    version: Option<i64>,
+}
+
 /// A fenced lease on a payload `T`, stored in etcd: the same claims, fencing tokens and
 /// crash recovery as [`OwnerLease`](cxc_sync::OwnerLease), across machines. Use it
 /// through [`FencedLease`].
 ///
 /// Each handle is one holder identity (one etcd session); give each contender its own
-/// handle. Dropping the handle revokes its session, which releases its claim at once; a
+/// handle. Threads sharing a handle share its claim and the payload version it knows
+/// (see [`write`](FencedLease::write)): for the fencing they are one holder. Dropping the handle revokes its session, which releases its claim at once; a
 /// holder that dies without dropping (SIGKILL, power loss, partition) is replaced when
 /// its session's TTL runs out.
 ///
@@ -82,23 +105,25 @@ impl EtcdClaim {
 pub struct EtcdLease<T> {
     etcd: Etcd,
     session: Session,
-    owner: Vec<u8>,
+    /// `N/`: the contender prefix (etcd's lock and election layout).
+    prefix: Vec<u8>,
     value: Vec<u8>,
     tag: Vec<u8>,
     initial: Vec<u8>,
+    known: Mutex<Known>,
     _payload: PhantomData<fn() -> T>,
 }
 
 impl<T> std::fmt::Debug for EtcdLease<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdLease")
-            .field("owner_key", &key_str(&self.owner))
+            .field("prefix", &key_str(&self.prefix))
             .field("etcd", &self.etcd)
             .finish()
     }
 }
 
-/// `host:pid`, stored in the owner key for people reading etcd.
+/// `host:pid`, stored in the contender and holder keys for people reading etcd.
 pub(crate) fn holder_tag() -> Vec<u8> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     format!("{}:{}", host.trim(), std::process::id()).into_bytes()
@@ -133,10 +158,54 @@ pub(crate) fn lease_not_found(e: &EtcdError) -> bool {
     }
 }
 
+/// The first key of a prefix by create revision (etcd's `WithFirstCreate`).
+fn first_created() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+}
+
+/// The `(create revision, mod revision, value)` of the first key of the `n`th get in a
+/// transaction's responses.
+fn nth_get(resp: &TxnResponse, n: usize) -> Option<(i64, i64, Vec<u8>, Vec<u8>)> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g),
+            _ => None,
+        })
+        .nth(n)
+        .and_then(|g| {
+            g.kvs().first().map(|kv| {
+                (
+                    kv.create_revision(),
+                    kv.mod_revision(),
+                    kv.key().to_vec(),
+                    kv.value().to_vec(),
+                )
+            })
+        })
+}
+
+/// What one claim attempt found.
+enum Attempt {
+    Claimed(EtcdClaim),
+    /// Held by the contender key `owner`, seen at store revision `rev` (the latest
+    /// revision, so a watch from `rev + 1` starts in sync and gets the delete at once);
+    /// `still_held`: `owner` still existed at `rev`.
+    Held {
+        owner: Vec<u8>,
+        rev: i64,
+        still_held: bool,
+    },
+}
+
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
-    /// A lease named `name` (a key prefix) on `etcd`. `initial` is what
-    /// [`read`](FencedLease::read) returns while no value was ever written. No request is
-    /// made until the first claim.
+    /// A lease named `name` on `etcd`. Its contender keys live under `name/` (the layout
+    /// of etcd's `concurrency.Mutex` and `etcdctl lock name`), its payload at
+    /// `name.value`. `initial` is what [`read`](FencedLease::read) returns while no value
+    /// was ever written. No request is made until the first claim.
     ///
     /// # Errors
     /// [`EtcdError::InvalidOption`] for an empty name.
@@ -145,10 +214,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         Ok(EtcdLease {
             etcd: etcd.clone(),
             session: Session::new(etcd, etcd.options().keep_alive),
-            owner: format!("{name}/owner").into_bytes(),
-            value: format!("{name}/value").into_bytes(),
+            prefix: format!("{name}/").into_bytes(),
+            value: format!("{name}.value").into_bytes(),
             tag: holder_tag(),
             initial: initial.as_bytes().to_vec(),
+            known: Mutex::new(Known::default()),
             _payload: PhantomData,
         })
     }
@@ -175,18 +245,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         &self.etcd
     }
 
-    /// The current holder's tag (`host:pid`) and generation, `None` when vacant.
+    /// The current holder's tag and generation, `None` when vacant. The holder may be
+    /// another program using etcd's lock recipe on the same name (`etcdctl lock`); its
+    /// tag is then whatever that program stored (empty for `etcdctl lock`).
     ///
     /// # Errors
     /// If the server cannot be reached.
     pub fn holder(&self) -> Result<Option<(String, u64)>, EtcdError> {
-        let mut kv = self.etcd.client().kv_client();
-        let key = self.owner.clone();
-        let resp = self.etcd.run(
-            "holder",
-            &self.owner,
-            async move { kv.get(key, None).await },
-        )?;
+        let resp = self
+            .etcd
+            .get("holder", &self.prefix, Some(first_created()))?;
         Ok(resp.kvs().first().map(|kv| {
             (
                 String::from_utf8_lossy(kv.value()).into_owned(),
@@ -195,8 +263,57 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         }))
     }
 
-    /// One claim attempt: the claim, or the revision at which the lease was seen held.
-    fn claim_once(&self) -> Result<Result<EtcdClaim, i64>, EtcdError> {
+    /// Whether `claim` is known lost without asking etcd: it was made on this handle's
+    /// session and that session expired, was found gone, or missed its local deadline
+    /// (the instant its last refresh was sent plus the TTL, before which etcd cannot have
+    /// expired it). `false` does not prove the claim current; ask
+    /// [`is_current`](FencedLease::is_current) for that.
+    pub fn is_lost(&self, claim: &EtcdClaim) -> bool {
+        self.session.owns(claim.session) && !self.session.alive(claim.session)
+    }
+
+    /// The loss notification: blocks until `claim` is known or presumed lost (as
+    /// [`EtcdLease::is_lost`]; `true`) or `timeout` passes (`false`). Wakes when the
+    /// keep-alive finds the session gone, and at the session's local deadline if no
+    /// refresh moved it. No request is made, so it answers while etcd is unreachable.
+    /// A claim that is not this handle's is reported lost at once.
+    pub fn wait_lost(&self, claim: &EtcdClaim, timeout: Duration) -> bool {
+        self.session.wait_lost(claim.session, timeout)
+    }
+
+    /// What the keep-alive of this handle's current session has done: refreshes, failed
+    /// attempts, and the longest gap between two refreshes (keep it below the TTL).
+    pub fn keep_alive_stats(&self) -> KeepAliveStats {
+        self.session.stats()
+    }
+
+    /// The contender key of session `s`: `N/<s in lowercase hex>`, as etcd's
+    /// `concurrency.Mutex` names it.
+    fn key_of(&self, session: i64) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.extend_from_slice(format!("{session:x}").as_bytes());
+        key
+    }
+
+    fn learn(&self, generation: i64, version: Option<i64>) {
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Known {
+            generation,
+            version,
+        };
+    }
+
+    /// The version known under `generation`, if any.
+    fn known(&self, generation: i64) -> Option<i64> {
+        let k = *self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if k.generation == generation {
+            k.version
+        } else {
+            None
+        }
+    }
+
+    /// One claim attempt.
+    fn claim_once(&self) -> Result<Attempt, EtcdError> {
         let session = self.session.id()?;
         match self.claim_on(session) {
             // Our session expired since we last used it: open a new one and try again.
@@ -208,59 +325,113 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         }
     }
 
-    fn claim_on(&self, session: i64) -> Result<Result<EtcdClaim, i64>, EtcdError> {
-        let owner = self.owner.clone();
+    fn claim_on(&self, session: i64) -> Result<Attempt, EtcdError> {
+        let mine = self.key_of(session);
+        let reads = [
+            TxnOp::get(self.prefix.clone(), Some(first_created())),
+            TxnOp::get(self.value.clone(), None),
+        ];
+        let mut then = vec![TxnOp::put(
+            mine.clone(),
+            self.tag.clone(),
+            Some(PutOptions::new().with_lease(session)),
+        )];
+        then.extend(reads.iter().cloned());
+        let mut otherwise = vec![TxnOp::get(mine.clone(), None)];
+        otherwise.extend(reads.iter().cloned());
         let txn = Txn::new()
-            .when([Compare::create_revision(owner.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                owner.clone(),
-                self.tag.clone(),
-                Some(PutOptions::new().with_lease(session)),
-            )])
-            .or_else([TxnOp::get(owner, None)]);
-        let resp = self.txn("claim", &self.owner, txn)?;
-        let rev = revision(&resp, "claim", &self.owner)?;
-        if resp.succeeded() {
-            // The owner key was created by this txn: its create revision is the txn's.
-            return Ok(Ok(EtcdClaim {
-                generation: rev,
+            .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
+            .and_then(then)
+            .or_else(otherwise);
+        let resp = self.etcd.txn("claim", &mine, txn)?;
+        let rev = revision(&resp, "claim", &mine)?;
+        let protocol = |detail| EtcdError::Protocol {
+            op: "claim",
+            key: key_str(&mine),
+            detail,
+        };
+        // The gets of the branch taken: [mine (else only)], first contender, value.
+        let base = usize::from(!resp.succeeded());
+        let my_rev = if resp.succeeded() {
+            // Our key was created by this txn: its create revision is the txn's.
+            rev
+        } else {
+            // Our key exists already (an earlier attempt whose reply was lost, or our
+            // own claim again).
+            nth_get(&resp, 0)
+                .ok_or(protocol("contender key vanished inside a transaction"))?
+                .0
+        };
+        let (first_rev, _, first_key, _) =
+            nth_get(&resp, base).ok_or(protocol("no contender key in a transaction"))?;
+        if first_rev == my_rev {
+            // A new claim learns the payload's version. Claiming again what this handle
+            // already holds does not: after a write with an unknown outcome only a read
+            // makes the version known again (the caller must look at the value).
+            let version = nth_get(&resp, base + 1).map_or(0, |v| v.1);
+            let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            if known.generation != my_rev {
+                *known = Known {
+                    generation: my_rev,
+                    version: Some(version),
+                };
+            }
+            drop(known);
+            return Ok(Attempt::Claimed(EtcdClaim {
+                generation: my_rev,
                 session,
             }));
         }
-        let held = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.lease(), kv.create_revision())),
-            _ => None,
-        });
-        Ok(match held {
-            // Already ours (claiming again is idempotent, as for `OwnerLease`).
-            Some((lease, generation)) if lease == session => Ok(EtcdClaim {
-                generation,
-                session,
-            }),
-            _ => Err(rev),
+        // Someone else holds it: withdraw our key (as `concurrency.Mutex::TryLock`
+        // does), fenced by its create revision, and look at the holder's key again in
+        // the same step.
+        let withdraw = Txn::new()
+            .when([Compare::create_revision(
+                mine.clone(),
+                CompareOp::Equal,
+                my_rev,
+            )])
+            .and_then([
+                TxnOp::delete(mine.clone(), None),
+                TxnOp::get(first_key.clone(), None),
+            ])
+            .or_else([TxnOp::get(first_key.clone(), None)]);
+        let resp = match self.etcd.txn("withdraw", &mine, withdraw) {
+            Ok(r) => r,
+            Err(e) => {
+                // Our key may linger and become the holder once the others leave: end
+                // the session (revoked in the background), which deletes it.
+                self.session.expired(session);
+                return Err(e);
+            }
+        };
+        let rev = revision(&resp, "withdraw", &mine)?;
+        let still_held = nth_get(&resp, 0).is_some_and(|(created, ..)| created == first_rev);
+        Ok(Attempt::Held {
+            owner: first_key,
+            rev,
+            still_held,
         })
     }
 
-    fn txn(&self, op: &'static str, key: &[u8], txn: Txn) -> Result<TxnResponse, EtcdError> {
-        let mut kv = self.etcd.client().kv_client();
-        self.etcd.run(op, key, async move { kv.txn(txn).await })
-    }
-
-    /// `txn(create_revision(owner) == claim.generation) then ops`.
+    /// `txn(create_revision(N/<s>) == claim.generation ∧ extra) then ops else else_ops`.
     fn fenced(
         &self,
         op: &'static str,
         claim: &EtcdClaim,
+        extra: Option<Compare>,
         ops: Vec<TxnOp>,
+        else_ops: Vec<TxnOp>,
     ) -> Result<TxnResponse, EtcdError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.owner.clone(),
-                CompareOp::Equal,
-                claim.generation,
-            )])
-            .and_then(ops);
-        self.txn(op, &self.owner, txn)
+        let mine = self.key_of(claim.session);
+        let mut cmp = vec![Compare::create_revision(
+            mine.clone(),
+            CompareOp::Equal,
+            claim.generation,
+        )];
+        cmp.extend(extra);
+        let txn = Txn::new().when(cmp).and_then(ops).or_else(else_ops);
+        self.etcd.txn(op, &mine, txn)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<T, EtcdError> {
@@ -270,6 +441,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
             found: bytes.len(),
         })
     }
+
+    fn conflict(&self) -> EtcdError {
+        EtcdError::Conflict {
+            key: key_str(&self.value),
+        }
+    }
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLease<T> {
@@ -278,42 +455,98 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
     type Error = EtcdError;
 
     fn try_claim(&self) -> Result<Option<EtcdClaim>, EtcdError> {
-        Ok(self.claim_once()?.ok())
+        Ok(match self.claim_once()? {
+            Attempt::Claimed(c) => Some(c),
+            Attempt::Held { .. } => None,
+        })
     }
 
-    /// Waits on an etcd watch of the owner key for its deletion (release or session
+    /// Waits on an etcd watch of the holder's key for its deletion (release or session
     /// expiry), then claims again.
     fn acquire(&self, timeout: Duration) -> Result<Option<EtcdClaim>, EtcdError> {
         let deadline = Instant::now().checked_add(timeout);
         loop {
-            let seen = match self.claim_once()? {
-                Ok(c) => return Ok(Some(c)),
-                Err(rev) => rev,
+            let (owner, seen, still_held) = match self.claim_once()? {
+                Attempt::Claimed(c) => return Ok(Some(c)),
+                Attempt::Held {
+                    owner,
+                    rev,
+                    still_held,
+                } => (owner, rev, still_held),
             };
             let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
             if left.is_zero() {
                 return Ok(None);
             }
-            wait_for_delete(&self.etcd, &self.owner, false, seen + 1, left.min(MAX_WAIT));
+            if !still_held {
+                // Released between our claim and our withdraw: claim again at once.
+                continue;
+            }
+            wait_for_delete(&self.etcd, &owner, false, seen + 1, left.min(MAX_WAIT));
         }
     }
 
+    /// Reads the payload if `claim` is current, and learns its version (so writes can go
+    /// ahead again after an [`EtcdError::Conflict`]).
     fn read(&self, claim: &EtcdClaim) -> Result<Option<T>, EtcdError> {
-        let resp = self.fenced("read", claim, vec![TxnOp::get(self.value.clone(), None)])?;
+        let get = TxnOp::get(self.value.clone(), None);
+        let resp = self.fenced("read", claim, None, vec![get], vec![])?;
         if !resp.succeeded() {
             return Ok(None);
         }
-        let stored = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| kv.value().to_vec())),
-            _ => None,
-        });
-        let bytes = stored.flatten().unwrap_or_else(|| self.initial.clone());
-        self.decode(&bytes).map(Some)
+        let (version, bytes) = match nth_get(&resp, 0) {
+            Some((_, m, _, v)) => (m, v),
+            None => (0, self.initial.clone()),
+        };
+        let value = self.decode(&bytes)?;
+        self.learn(claim.generation, Some(version));
+        Ok(Some(value))
     }
 
+    /// Writes the payload if `claim` is current **and** the payload is still at the
+    /// version this handle last read or wrote under the claim: `txn(create_revision(N/<s>)
+    /// == generation ∧ mod_revision(N.value) == known) then put(N.value)`.
+    ///
+    /// # Errors
+    /// [`EtcdError::Conflict`] (nothing written) if the claim is current but the
+    /// version is unknown or moved: after a write that timed out or failed in transit
+    /// (it may still be applied late; the version check makes sure it cannot land after
+    /// a newer write), after a write through another handle under the same claim, or
+    /// when this handle neither made the claim nor read or wrote under it. Read again,
+    /// then write. A write that fails with any error leaves the version unknown, for
+    /// every thread sharing the handle, until one of them reads.
     fn write(&self, claim: &EtcdClaim, value: T) -> Result<bool, EtcdError> {
+        let Some(known) = self.known(claim.generation) else {
+            // Tell a stale claim (Ok(false)) from a current one with an unknown version.
+            return if self.is_current(claim)? {
+                Err(self.conflict())
+            } else {
+                Ok(false)
+            };
+        };
         let put = TxnOp::put(self.value.clone(), value.as_bytes().to_vec(), None);
-        Ok(self.fenced("write", claim, vec![put])?.succeeded())
+        let cmp = Compare::mod_revision(self.value.clone(), CompareOp::Equal, known);
+        let check = TxnOp::get(self.key_of(claim.session), None);
+        let resp = match self.fenced("write", claim, Some(cmp), vec![put], vec![check]) {
+            Ok(r) => r,
+            Err(e) => {
+                // Unknown outcome: no write goes out until the version is read again.
+                self.learn(claim.generation, None);
+                return Err(e);
+            }
+        };
+        if resp.succeeded() {
+            let rev = revision(&resp, "write", &self.value)?;
+            self.learn(claim.generation, Some(rev));
+            return Ok(true);
+        }
+        match nth_get(&resp, 0) {
+            Some((created, ..)) if created == claim.generation => {
+                self.learn(claim.generation, None);
+                Err(self.conflict())
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Refreshes the claim's session (one keep-alive), then checks the claim is current.
@@ -322,12 +555,25 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
     }
 
     fn release(&self, claim: &EtcdClaim) -> Result<bool, EtcdError> {
-        let del = TxnOp::delete(self.owner.clone(), None);
-        Ok(self.fenced("release", claim, vec![del])?.succeeded())
+        let del = TxnOp::delete(self.key_of(claim.session), None);
+        Ok(self
+            .fenced("release", claim, None, vec![del], vec![])?
+            .succeeded())
     }
 
+    /// Asks etcd whether the claim's contender key still exists with the claim's
+    /// generation. `Ok(false)` without a request if the claim was made on this handle's
+    /// session and that session is known or presumed lost ([`EtcdLease::is_lost`]).
     fn is_current(&self, claim: &EtcdClaim) -> Result<bool, EtcdError> {
-        Ok(self.holder()?.is_some_and(|(_, g)| g == claim.generation()))
+        if self.is_lost(claim) {
+            return Ok(false);
+        }
+        let key = self.key_of(claim.session);
+        let resp = self.etcd.get("is_current", &key, None)?;
+        Ok(resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == claim.generation))
     }
 
     fn generation(claim: &EtcdClaim) -> u64 {

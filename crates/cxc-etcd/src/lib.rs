@@ -3,12 +3,15 @@
 //!
 //! - [`Etcd`] / [`EtcdOptions`]: a connection (async client + one runtime thread behind a
 //!   blocking API), the session TTL and how sessions are kept alive ([`KeepAlive`]).
-//! - [`EtcdLease<T>`]: [`FencedLease`] on etcd. A claim is the key `<name>/owner`, created
-//!   under the holder's session; its create revision is the generation (fencing token);
+//! - [`EtcdLease<T>`]: [`FencedLease`] on etcd. A claim is the first contender key
+//!   under `<name>/`, created under the holder's session; its create revision is the generation (fencing token);
 //!   owner operations are transactions comparing that revision, so etcd itself refuses a
-//!   stale claim's write or release.
+//!   stale claim's write or release. The keys follow etcd's own lock recipe, so
+//!   `etcdctl lock` and Go's `concurrency.Mutex` exclude it on the same name.
 //! - [`EtcdSemaphore`]: [`PermitPool`] on etcd: at most `max` holder keys, each under its
 //!   holder's session, so a dead holder's permits come back when its session expires.
+//!   Each [`EtcdPermit`] carries a fencing token, and a loss check tells a holder that
+//!   its permit is lost; [`EtcdPermitGuard`] is the RAII form (gives back on drop).
 //! - [`EtcdError`]: what can go wrong (contention is not an error).
 //!
 //! The traits live in [`cxc_sync::backend`]; code written against them runs on
@@ -20,6 +23,7 @@
 mod conn;
 mod error;
 mod lease;
+mod permit;
 mod semaphore;
 mod session;
 mod wait;
@@ -28,4 +32,6 @@ pub use conn::{Etcd, EtcdOptions, KeepAlive};
 pub use cxc_sync::{FencedLease, PermitPool};
 pub use error::EtcdError;
 pub use lease::{EtcdClaim, EtcdLease};
-pub use semaphore::EtcdSemaphore;
+pub use permit::EtcdPermitGuard;
+pub use semaphore::{EtcdPermit, EtcdSemaphore};
+pub use session::KeepAliveStats;

@@ -18,6 +18,14 @@
 //!   again.
 //! - **give**: delete one of this handle's holder keys, fenced by its create revision.
 //! - **recovery**: a holder's keys are deleted by etcd when its session expires.
+//!
+//! Each permit is an [`EtcdPermit`]: its holder key and that key's create revision, the
+//! permit's fencing token. A permit is current while its key exists with that create
+//! revision ([`EtcdSemaphore::is_current`] asks etcd). A permit whose session is known
+//! gone or missed its local deadline (see the session's local expiry) is *lost*: it no
+//! longer counts in [`EtcdSemaphore::held`], [`EtcdSemaphore::lost_permits`] hands it out
+//! once, and [`EtcdSemaphore::is_lost`] says so without a request, so a holder cut off
+//! from every member learns it while it cannot reach etcd.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,8 +37,46 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpR
 use crate::conn::{Etcd, EtcdOptions, KeepAlive, key_str};
 use crate::error::EtcdError;
 use crate::lease::{check_name, holder_tag, lease_not_found, revision};
-use crate::session::Session;
+use crate::session::{KeepAliveStats, Session};
 use crate::wait::{MAX_WAIT, wait_for_delete};
+
+/// How many count-then-take rounds one take attempt makes before it reports contention.
+const TAKE_ROUNDS: usize = 32;
+
+/// One permit of an [`EtcdSemaphore`]: its holder key and fencing token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EtcdPermit {
+    key: Vec<u8>,
+    token: i64,
+    session: i64,
+}
+
+impl EtcdPermit {
+    /// The fencing token: the holder key's create revision. Every permit of the pool
+    /// taken later has a larger token; pass it to storage that must refuse the work of a
+    /// holder whose permit was lost.
+    pub fn token(&self) -> u64 {
+        self.token as u64
+    }
+
+    /// The etcd lease id of the session the permit lives on.
+    pub fn session(&self) -> i64 {
+        self.session
+    }
+
+    /// The holder key (`N/holders/<session>-<seq>`).
+    pub fn key(&self) -> String {
+        key_str(&self.key)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Permits {
+    /// Permits believed held, most recent last.
+    held: Vec<EtcdPermit>,
+    /// Permits found lost and not yet handed out by `lost_permits`.
+    lost: Vec<EtcdPermit>,
+}
 
 /// A counting semaphore stored in etcd: at most `max_permits` holder keys exist at any
 /// revision, across all processes and machines. Use it through [`PermitPool`].
@@ -60,8 +106,8 @@ pub struct EtcdSemaphore {
     session: Session,
     max: u32,
     holders: Vec<u8>,
-    /// This handle's holder keys and their create revisions, most recent last.
-    held: Mutex<Vec<(Vec<u8>, i64)>>,
+    /// This handle's permits.
+    permits: Mutex<Permits>,
     seq: AtomicU64,
     tag: Vec<u8>,
 }
@@ -99,8 +145,7 @@ impl EtcdSemaphore {
             )])
             .and_then([TxnOp::put(max_key.clone(), max_permits.to_string(), None)])
             .or_else([TxnOp::get(max_key.clone(), None)]);
-        let mut kv = etcd.client().kv_client();
-        let resp = etcd.run("open", &max_key, async move { kv.txn(txn).await })?;
+        let resp = etcd.txn("open", &max_key, txn)?;
         if !resp.succeeded() {
             let found = resp.op_responses().into_iter().find_map(|r| match r {
                 TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
@@ -121,7 +166,7 @@ impl EtcdSemaphore {
             session: Session::new(etcd, KeepAlive::Background),
             max: max_permits,
             holders: format!("{name}/holders/").into_bytes(),
-            held: Mutex::new(Vec::new()),
+            permits: Mutex::new(Permits::default()),
             seq: AtomicU64::new(0),
             tag: holder_tag(),
         })
@@ -144,27 +189,157 @@ impl EtcdSemaphore {
         )
     }
 
-    /// Permits this handle holds (as far as it knows: a permit whose session expired is
-    /// counted until it is given back).
+    /// Permits this handle holds, not counting those it knows or presumes lost (their
+    /// session is gone or missed its local deadline). No request is made.
     pub fn held(&self) -> usize {
-        self.held_keys().len()
+        let mut p = self.permits();
+        self.prune(&mut p);
+        p.held.len()
     }
 
-    fn held_keys(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<u8>, i64)>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    /// The loss check: the permits of this handle found lost since the last call (each is
+    /// reported once, and no longer counts as held). A permit is lost when its session is
+    /// known gone, or missed its local deadline — then etcd may already have handed it to
+    /// someone else, so stop the work it guards. No request is made: this works while
+    /// etcd is unreachable.
+    pub fn lost_permits(&self) -> Vec<EtcdPermit> {
+        let mut p = self.permits();
+        self.prune(&mut p);
+        std::mem::take(&mut p.lost)
+    }
+
+    /// The loss notification: blocks until one of this handle's permits is known or
+    /// presumed lost, or `timeout` passes, and returns the lost permits (as
+    /// [`EtcdSemaphore::lost_permits`]; empty on timeout, and at once if the handle
+    /// holds no permit). No request is made.
+    pub fn wait_lost(&self, timeout: Duration) -> Vec<EtcdPermit> {
+        let session = {
+            let mut p = self.permits();
+            self.prune(&mut p);
+            if !p.lost.is_empty() {
+                return std::mem::take(&mut p.lost);
+            }
+            // Every held permit is on the current session now (the others were pruned).
+            match p.held.first() {
+                Some(h) => h.session,
+                // Nothing held, nothing to lose.
+                None => return Vec::new(),
+            }
+        };
+        self.session.wait_lost(session, timeout);
+        self.lost_permits()
+    }
+
+    /// Whether `permit` is known or presumed lost, without a request (see
+    /// [`EtcdSemaphore::lost_permits`]). `false` does not prove it current.
+    pub fn is_lost(&self, permit: &EtcdPermit) -> bool {
+        self.session.owns(permit.session) && !self.session.alive(permit.session)
+    }
+
+    /// Whether `permit` is current: its holder key still exists with the permit's
+    /// token. `Ok(false)` without a request if it is known or presumed lost.
+    ///
+    /// # Errors
+    /// If the server cannot be reached.
+    pub fn is_current(&self, permit: &EtcdPermit) -> Result<bool, EtcdError> {
+        if self.is_lost(permit) {
+            return Ok(false);
+        }
+        let resp = self.etcd.get("is_current", &permit.key, None)?;
+        let current = resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == permit.token);
+        if !current {
+            let mut p = self.permits();
+            if let Some(i) = p.held.iter().position(|h| h == permit) {
+                let lost = p.held.remove(i);
+                p.lost.push(lost);
+            }
+        }
+        Ok(current)
+    }
+
+    /// What the keep-alive of this handle's current session has done (see
+    /// [`EtcdLease::keep_alive_stats`](crate::EtcdLease::keep_alive_stats)).
+    pub fn keep_alive_stats(&self) -> KeepAliveStats {
+        self.session.stats()
+    }
+
+    /// Takes a permit if one is free, without blocking, and returns it.
+    ///
+    /// # Errors
+    /// If the server cannot be reached.
+    pub fn try_take_permit(&self) -> Result<Option<EtcdPermit>, EtcdError> {
+        Ok(self.take_once()?.ok())
+    }
+
+    /// Takes a permit, blocking at most `timeout`, and returns it; `Ok(None)` on timeout.
+    ///
+    /// # Errors
+    /// If the server cannot be reached.
+    pub fn take_permit(&self, timeout: Duration) -> Result<Option<EtcdPermit>, EtcdError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let seen = match self.take_once()? {
+                Ok(p) => return Ok(Some(p)),
+                Err(rev) => rev,
+            };
+            let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return Ok(None);
+            }
+            wait_for_delete(
+                &self.etcd,
+                &self.holders,
+                true,
+                seen + 1,
+                left.min(MAX_WAIT),
+            );
+        }
+    }
+
+    /// Gives `permit` back: deletes its holder key, fenced by its token. `Ok(false)` if
+    /// the key was already gone (the permit was lost, or given back before).
+    ///
+    /// # Errors
+    /// If the server cannot be reached; the permit then stays held (a later give retries,
+    /// and the fenced delete makes a second attempt harmless).
+    pub fn give_permit(&self, permit: &EtcdPermit) -> Result<bool, EtcdError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                permit.key.clone(),
+                CompareOp::Equal,
+                permit.token,
+            )])
+            .and_then([TxnOp::delete(permit.key.clone(), None)]);
+        let resp = self.etcd.txn("give", &permit.key, txn)?;
+        let mut p = self.permits();
+        p.held.retain(|h| h != permit);
+        p.lost.retain(|h| h != permit);
+        Ok(resp.succeeded())
+    }
+
+    fn permits(&self) -> std::sync::MutexGuard<'_, Permits> {
+        self.permits.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the permits of sessions that are no longer alive to the lost list.
+    fn prune(&self, p: &mut Permits) {
+        let (lost, held): (Vec<_>, Vec<_>) = std::mem::take(&mut p.held)
+            .into_iter()
+            .partition(|h| self.is_lost(h));
+        p.held = held;
+        p.lost.extend(lost);
     }
 
     /// The number of holder keys and the revision it was read at.
     fn count(&self) -> Result<(u32, i64), EtcdError> {
-        let mut kv = self.etcd.client().kv_client();
-        let prefix = self.holders.clone();
-        let resp = self.etcd.run("count", &self.holders, async move {
-            kv.get(
-                prefix,
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            )
-            .await
-        })?;
+        let resp = self.etcd.get(
+            "count",
+            &self.holders,
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        )?;
         let rev = resp
             .header()
             .map(|h| h.revision())
@@ -176,10 +351,17 @@ impl EtcdSemaphore {
         Ok((u32::try_from(resp.count()).unwrap_or(u32::MAX), rev))
     }
 
-    /// One take: `Ok(Ok(()))` taken, `Ok(Err(rev))` full at revision `rev`.
-    fn take_once(&self) -> Result<Result<(), i64>, EtcdError> {
-        loop {
+    /// One take: `Ok(Ok(permit))` taken, `Ok(Err(rev))` full at revision `rev`.
+    ///
+    /// Bounded: after `TAKE_ROUNDS` lost races (other takers' keys appearing between our
+    /// count and our transaction) it reports the pool as busy at the last revision
+    /// counted, as if it were full; `take_permit` then waits for a give (at most 1 s)
+    /// and tries again.
+    fn take_once(&self) -> Result<Result<EtcdPermit, i64>, EtcdError> {
+        let mut last = 0;
+        for _ in 0..TAKE_ROUNDS {
             let (count, rev) = self.count()?;
+            last = rev;
             if count >= self.max {
                 return Ok(Err(rev));
             }
@@ -192,14 +374,17 @@ impl EtcdSemaphore {
                 }
                 r => r?,
             };
-            if r {
-                return Ok(Ok(()));
+            if let Some(permit) = r {
+                return Ok(Ok(permit));
             }
             // Another holder key appeared since we counted: count again.
         }
+        // Lost every race: report the pool busy; a waiting take watches for a delete
+        // (at most 1 s) and tries again.
+        Ok(Err(last))
     }
 
-    fn put_holder(&self, session: i64, counted_at: i64) -> Result<bool, EtcdError> {
+    fn put_holder(&self, session: i64, counted_at: i64) -> Result<Option<EtcdPermit>, EtcdError> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut key = self.holders.clone();
         key.extend_from_slice(format!("{session:016x}-{seq}").as_bytes());
@@ -213,15 +398,17 @@ impl EtcdSemaphore {
                 self.tag.clone(),
                 Some(PutOptions::new().with_lease(session)),
             )]);
-        let mut kv = self.etcd.client().kv_client();
-        let resp = self
-            .etcd
-            .run("take", &key, async move { kv.txn(txn).await })?;
-        if resp.succeeded() {
-            let created = revision(&resp, "take", &key)?;
-            self.held_keys().push((key, created));
+        let resp = self.etcd.txn("take", &key, txn)?;
+        if !resp.succeeded() {
+            return Ok(None);
         }
-        Ok(resp.succeeded())
+        let permit = EtcdPermit {
+            token: revision(&resp, "take", &key)?,
+            key,
+            session,
+        };
+        self.permits().held.push(permit.clone());
+        Ok(Some(permit))
     }
 }
 
@@ -229,55 +416,26 @@ impl PermitPool for EtcdSemaphore {
     type Error = EtcdError;
 
     fn try_take(&self) -> Result<bool, EtcdError> {
-        Ok(self.take_once()?.is_ok())
+        Ok(self.try_take_permit()?.is_some())
     }
 
     /// Waits on an etcd watch of the holder keys for a deletion (a give or a session
     /// expiry), then takes again.
     fn take_timeout(&self, timeout: Duration) -> Result<bool, EtcdError> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            let seen = match self.take_once()? {
-                Ok(()) => return Ok(true),
-                Err(rev) => rev,
-            };
-            let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
-            if left.is_zero() {
-                return Ok(false);
-            }
-            wait_for_delete(
-                &self.etcd,
-                &self.holders,
-                true,
-                seen + 1,
-                left.min(MAX_WAIT),
-            );
-        }
+        Ok(self.take_permit(timeout)?.is_some())
     }
 
-    /// Returns this handle's most recent permit. `Ok(false)` if it holds none, or if that
-    /// permit was already lost (its session expired, so the pool had recovered it).
+    /// Returns this handle's most recent permit that is not known lost. `Ok(false)` if it
+    /// holds none, or if that permit was lost meanwhile (the pool had recovered it).
     fn give(&self) -> Result<bool, EtcdError> {
-        let Some((key, created)) = self.held_keys().pop() else {
-            return Ok(false);
+        let permit = {
+            let mut p = self.permits();
+            self.prune(&mut p);
+            p.held.last().cloned()
         };
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.clone(),
-                CompareOp::Equal,
-                created,
-            )])
-            .and_then([TxnOp::delete(key.clone(), None)]);
-        let mut kv = self.etcd.client().kv_client();
-        let k = key.clone();
-        match self.etcd.run("give", &k, async move { kv.txn(txn).await }) {
-            Ok(resp) => Ok(resp.succeeded()),
-            Err(e) => {
-                // Unknown outcome: keep the permit so a later give retries (the fenced
-                // delete makes a second attempt harmless).
-                self.held_keys().push((key, created));
-                Err(e)
-            }
+        match permit {
+            Some(permit) => self.give_permit(&permit),
+            None => Ok(false),
         }
     }
 

@@ -178,3 +178,170 @@ fn an_unreachable_server_is_an_error_not_a_hang() {
         "open against no server"
     );
 }
+
+#[test]
+fn ttls_are_validated() {
+    let endpoint = ["http://127.0.0.1:1"];
+    for (ttl, ok) in [
+        (Duration::ZERO, false),
+        (Duration::MAX, false),
+        (Duration::from_secs(9_000_000_001), false),
+        (Duration::from_secs(9_000_000_000), true),
+        (Duration::from_millis(1500), true),
+        (Duration::from_nanos(1), true),
+    ] {
+        let r = Etcd::connect(&endpoint, EtcdOptions::default().ttl(ttl));
+        match (r, ok) {
+            (Ok(_), true) | (Err(EtcdError::InvalidOption(_)), false) => {}
+            (r, _) => panic!("TTL {ttl:?}: expected ok={ok}, got {r:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_hung_server_is_a_timeout() {
+    // Accepts connections and never answers, like a SIGSTOPped member.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let timeout = Duration::from_millis(400);
+    let opts = EtcdOptions::default()
+        .request_timeout(timeout)
+        .connect_timeout(Duration::from_millis(200));
+    let etcd = Etcd::connect(&[format!("http://127.0.0.1:{port}")], opts).expect("lazy connect");
+    let lease = EtcdLease::new(&etcd, "s/hung", 0u64).expect("lease");
+    let pool = EtcdSemaphore::open(&etcd, "s/hung", 1);
+    for (what, r) in [
+        ("claim", lease.try_claim().map(|_| ())),
+        ("holder", lease.holder().map(|_| ())),
+        ("open", pool.map(|_| ())),
+    ] {
+        match r {
+            Err(EtcdError::Timeout { timeout: t, .. }) => assert_eq!(t, timeout),
+            other => panic!("{what} against a hung server: expected Timeout, got {other:?}"),
+        }
+    }
+    drop(listener);
+}
+
+#[test]
+fn a_timed_out_write_leaves_the_version_unknown_until_a_read() {
+    let server = EtcdServer::start();
+    let etcd = connect(&server, KeepAlive::Background);
+    let a = EtcdLease::new(&etcd, "s/version", 0u64).expect("lease");
+    let b =
+        EtcdLease::new(&connect(&server, KeepAlive::Background), "s/version", 0u64).expect("lease");
+    let claim = a.try_claim().expect("claim").expect("vacant");
+    assert!(a.write(&claim, 1).expect("write"));
+    // Another handle using the same claim must read before it writes.
+    assert!(matches!(
+        b.write(&claim, 2),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(b.read(&claim).expect("read"), Some(1));
+    assert!(b.write(&claim, 2).expect("write"));
+    // `a` still knows the version it wrote: the value moved since, so its write is
+    // refused (nothing written) and it must read again.
+    assert!(matches!(
+        a.write(&claim, 3),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert!(matches!(
+        a.write(&claim, 3),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(a.read(&claim).expect("read"), Some(2));
+    assert!(a.write(&claim, 3).expect("write"));
+    // Claiming again what the handle holds does not make a moved version known again:
+    // only a read does.
+    assert_eq!(b.read(&claim).expect("read"), Some(3));
+    assert!(b.write(&claim, 4).expect("write"));
+    assert!(matches!(
+        a.write(&claim, 5),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(
+        a.try_claim().expect("claim"),
+        Some(claim),
+        "idempotent re-claim"
+    );
+    assert!(matches!(
+        a.write(&claim, 5),
+        Err(EtcdError::Conflict { .. })
+    ));
+    assert_eq!(a.read(&claim).expect("read"), Some(4));
+    assert!(a.write(&claim, 5).expect("write"));
+    // A stale claim is still a plain refusal, known version or not.
+    assert!(a.release(&claim).expect("release"));
+    assert!(!a.write(&claim, 6).expect("stale write"));
+    assert!(!b.write(&claim, 6).expect("stale write"));
+}
+
+#[test]
+fn the_loss_notification_fires_at_the_local_deadline_and_not_before() {
+    let server = EtcdServer::start();
+    // Kept alive in the background: not lost while we wait (TTL 2 s: margin for a
+    // loaded machine).
+    let opts = EtcdOptions::default().ttl(Duration::from_secs(2));
+    let kept_etcd = Etcd::connect(&[server.endpoint()], opts).expect("connect");
+    let kept = EtcdLease::new(&kept_etcd, "s/kept", 0u64).expect("lease");
+    let kc = kept.try_claim().expect("claim").expect("vacant");
+    let t = Instant::now();
+    assert!(
+        !kept.wait_lost(&kc, TTL * 2),
+        "a kept-alive claim reported lost"
+    );
+    assert!(t.elapsed() >= TTL * 2);
+    assert!(!kept.is_lost(&kc));
+    assert!(kept.is_current(&kc).expect("is_current"));
+    // Beat-driven and never beaten: lost at its local deadline (grant + TTL), which is
+    // no later than etcd's expiry.
+    let idle = EtcdLease::new(&connect(&server, KeepAlive::OnBeat), "s/idle", 0u64).expect("lease");
+    let t = Instant::now();
+    let ic = idle.try_claim().expect("claim").expect("vacant");
+    assert!(idle.wait_lost(&ic, TTL * 5), "never reported lost");
+    let after = t.elapsed();
+    assert!(
+        after <= TTL + Duration::from_secs(1),
+        "reported lost after {after:?}"
+    );
+    assert!(idle.is_lost(&ic));
+    assert!(!idle.is_current(&ic).expect("is_current"));
+    assert!(
+        !idle.beat(&ic).expect("beat"),
+        "a presumed-lost claim cannot be beaten back"
+    );
+}
+
+#[test]
+fn permit_guards_give_back_on_drop_and_report_on_release() {
+    let server = EtcdServer::start();
+    let pool =
+        EtcdSemaphore::open(&connect(&server, KeepAlive::Background), "s/guards", 2).expect("pool");
+    let a = pool.try_acquire().expect("take").expect("free");
+    let b = pool
+        .acquire_timeout(Duration::from_secs(1))
+        .expect("take")
+        .expect("free");
+    assert!(b.token() > a.token(), "tokens grow");
+    assert!(
+        pool.try_acquire().expect("take").is_none(),
+        "pool of 2 is full"
+    );
+    assert!(a.is_current().expect("is_current") && !a.is_lost());
+    assert_eq!(pool.held(), 2);
+    drop(a);
+    assert_eq!(pool.available().expect("available"), 1, "drop gave it back");
+    assert_eq!(pool.held(), 1);
+    assert!(b.release().expect("release"), "a held permit is given back");
+    assert_eq!(pool.available().expect("available"), 2);
+    // A guard turned into a plain permit stays held until given.
+    let c = pool
+        .try_acquire()
+        .expect("take")
+        .expect("free")
+        .into_permit();
+    assert_eq!(pool.available().expect("available"), 1);
+    assert!(pool.give_permit(&c).expect("give"));
+    assert!(!pool.give_permit(&c).expect("give"), "given twice");
+    assert_eq!(pool.available().expect("available"), 2);
+}

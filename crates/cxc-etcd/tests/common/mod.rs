@@ -1,8 +1,9 @@
 //! Shared test plumbing: the etcd server harness ([`server`]), child processes that
 //! re-execute the test binary in a role, reports through files, and a system-wide
 //! monotonic clock for comparing intervals across processes.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
+pub mod cluster;
 pub mod server;
 
 use std::path::{Path, PathBuf};

@@ -44,7 +44,7 @@ pub fn etcd_binary() -> PathBuf {
     bin
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind a free loopback port")
