@@ -9,9 +9,9 @@
 //! | trait method            | [`MmapLease<T>`] ([`OwnerLease<T>`])       | `cxc_etcd::EtcdLease<T>`                     |
 //! |-------------------------|--------------------------------------------|----------------------------------------------|
 //! | claim identity          | the pid given to [`MmapLease::new`]        | the handle's etcd session (an etcd lease)    |
-//! | generation              | claim counter, +1 per handover             | the owner key's create revision              |
+//! | generation              | claim counter, +1 per handover             | the holding contender key's create revision  |
 //! | failover                | stale heartbeat (grace) or dead pid        | session TTL expiry                           |
-//! | fenced write            | one CAS on the claim word                  | a transaction comparing the create revision  |
+//! | fenced write            | one CAS on the claim word                  | a transaction comparing the contender key and the value's version |
 //!
 //! | trait method            | [`SharedSemaphore`]                        | `cxc_etcd::EtcdSemaphore`                    |
 //! |-------------------------|--------------------------------------------|----------------------------------------------|
@@ -39,7 +39,10 @@ use crate::{OwnerLease, SharedSemaphore};
 /// # Errors
 /// Every method returns `Err` only when the backend itself failed (for example the
 /// server could not be reached); the outcome of a write or release that failed this way
-/// is unknown, so check [`is_current`](FencedLease::is_current) or claim again.
+/// is unknown, so check [`is_current`](FencedLease::is_current) or claim again. A backend
+/// may then refuse further writes until the holder reads again (etcd returns
+/// `EtcdError::Conflict`, so that a write that timed out can never be overtaken by a
+/// later one and then applied over it).
 pub trait FencedLease {
     /// The fenced claim: who holds the lease and at which generation.
     type Claim: Copy + Debug + Send + Sync;
