@@ -11,6 +11,13 @@
 
 #![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
 
+#[cfg(all(feature = "async", not(cxc_loom)))]
+mod asyncs;
+#[cfg(all(feature = "async", not(cxc_loom)))]
+pub use asyncs::{
+    AcquireFuture, LeaseLost, LockFuture, MAX_WORDS as ASYNC_MAX_FILES, OwnedLockFuture,
+    TICK as ASYNC_TICK, async_waiters, block_on,
+};
 pub mod backend;
 #[cfg(not(cxc_loom))]
 mod backend_guard;

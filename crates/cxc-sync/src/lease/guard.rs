@@ -303,6 +303,39 @@ macro_rules! guard_methods {
             self.core().torn.set(false);
         }
 
+        /// Blocks until this guard's claim is lost (superseded or released by someone
+        /// else) or `timeout` passes; `true` if it was lost. A holder stopped past the
+        /// grace learns of its loss here once it runs again; with manual epochs a loss
+        /// happens only when someone ticks and claims.
+        pub fn wait_lost(&self, timeout: std::time::Duration) -> bool {
+            let deadline = std::time::Instant::now().checked_add(timeout);
+            loop {
+                if !self.is_current() {
+                    return true;
+                }
+                let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+                if left == Some(std::time::Duration::ZERO) {
+                    return false;
+                }
+                let nap = std::time::Duration::from_millis(1);
+                std::thread::sleep(left.map_or(nap, |l| l.min(nap)));
+            }
+        }
+
+        /// A future that resolves when this guard's claim is lost (feature `async`):
+        /// within about 25 ms of the supersession (the reactor's tick).
+        #[cfg(feature = "async")]
+        pub fn lost(&self) -> crate::asyncs::LeaseLost<'_> {
+            let lease = self.lease();
+            let id = self.core().id();
+            let proc = self.core().proc;
+            crate::asyncs::LeaseLost::new(
+                lease.wake_addr(),
+                id,
+                Box::new(move || lease.state().word().id() == id && proc == my_proc()),
+            )
+        }
+
         /// Releases the lease, reporting whether the claim was still held (dropping
         /// the guard releases too, but cannot report a loss).
         ///

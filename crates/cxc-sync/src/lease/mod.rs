@@ -14,6 +14,10 @@ mod write;
 pub use claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 pub use state::{PAYLOAD_BYTES, counter};
 
+#[cfg(all(feature = "async", not(cxc_loom)))]
+mod async_hooks;
+#[cfg(all(feature = "async", not(cxc_loom)))]
+pub(crate) use state::LeaseState as LeaseStateRef;
 #[cfg(not(cxc_loom))]
 mod blocking;
 #[cfg(not(cxc_loom))]

@@ -35,6 +35,8 @@ mod word;
 #[cfg(cxc_loom)]
 mod model;
 
+#[cfg(all(feature = "async", not(cxc_loom)))]
+mod async_hooks;
 #[cfg(not(cxc_loom))]
 mod guards;
 #[cfg(not(cxc_loom))]
@@ -56,5 +58,7 @@ pub use guards::{ManyPermits, OwnedPermit};
 pub use handle::SharedSemaphore;
 #[cfg(not(cxc_loom))]
 pub use ops::Permit;
+#[cfg(all(feature = "async", not(cxc_loom)))]
+pub(crate) use ops::RECLAIM_EVERY;
 #[cfg(not(cxc_loom))]
 pub use stats::{HolderInfo, SemaphoreStats};

@@ -1,0 +1,214 @@
+//! `lock_async`, `lock_owned_async` and `LeaseGuard::lost` / `OwnedLeaseGuard::lost`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::reactor::{Check, Ticket, reactor};
+use crate::lease::{LeaseGuard, OwnedLeaseGuard, OwnerLease};
+
+/// Tag of the lock group of a lease's wake word.
+const LOCK_TAG: u64 = 0;
+
+/// The future of [`OwnerLease::lock_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct LockFuture<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> {
+    lease: &'a OwnerLease<T>,
+    ticket: Option<Ticket>,
+}
+
+/// The future of [`OwnerLease::lock_owned_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct OwnedLockFuture<T: FromBytes + IntoBytes + Immutable + KnownLayout> {
+    lease: Arc<OwnerLease<T>>,
+    ticket: Option<Ticket>,
+}
+
+/// The future of `LeaseGuard::lost`: resolves when the guard's claim is no longer the
+/// current one.
+#[must_use = "futures do nothing unless polled"]
+pub struct LeaseLost<'a> {
+    is_current: Box<dyn Fn() -> bool + Send + Sync + 'a>,
+    key: (usize, u64),
+    ticket: Option<Ticket>,
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    /// Claims the lease asynchronously: resolves to a guard once this process may hold it
+    /// (vacant, or its holder dead or stale past the grace), without a thread or timer per
+    /// waiter (`docs/async.md`). Dropping the future at any point leaves nothing behind.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let lease = cxc_sync::OwnerLease::builder(dir.path().join("l")).create(0u64).unwrap();
+    /// let guard = cxc_sync::block_on(lease.lock_async());
+    /// guard.update(|v| *v += 1).unwrap();
+    /// ```
+    pub fn lock_async(&self) -> LockFuture<'_, T> {
+        LockFuture {
+            lease: self,
+            ticket: None,
+        }
+    }
+
+    /// As [`lock_async`](Self::lock_async), for a guard that owns its `Arc` (to spawn on a
+    /// multi-threaded runtime).
+    pub fn lock_owned_async(self: Arc<Self>) -> OwnedLockFuture<T> {
+        OwnedLockFuture {
+            lease: self,
+            ticket: None,
+        }
+    }
+
+    /// The reactor check of this handle's lock group: the lease may be claimable (vacant,
+    /// stale, or its holder's process gone). Runs on the reactor thread.
+    fn lock_check(&self) -> Check {
+        let st = self.state_addr();
+        let grace = self.guard_grace();
+        let clock = crate::epoch::EpochClock::new(self.epoch_mode_of());
+        let mut watch = None;
+        Box::new(move || {
+            // SAFETY: the state lives in the mapping of a handle that every waiter of this
+            // group borrows or owns; the reactor calls checks only while the group exists
+            // (see `reactor.rs`, `Group::word`).
+            let st = unsafe { &*(st as *const crate::lease::LeaseStateRef) };
+            st.claimable(&clock, grace, &mut watch)
+        })
+    }
+}
+
+impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for LockFuture<'a, T> {
+    type Output = LeaseGuard<'a, T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let lease = this.lease;
+        if let Some(g) = lease.try_lock() {
+            if let Some(t) = this.ticket.take() {
+                reactor().disarm(t);
+            }
+            return Poll::Ready(g);
+        }
+        let key = (lease.wake_addr(), LOCK_TAG);
+        reactor().arm(&mut this.ticket, key, cx.waker(), || lease.lock_check());
+        // Re-check after arming: a release between the attempt and the arm was seen by
+        // the reactor's own announce/check (it runs the parking protocol), so waiting is
+        // safe; trying once more only saves a round trip through the reactor.
+        Poll::Pending
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for LockFuture<'_, T> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            reactor().disarm(t);
+        }
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for OwnedLockFuture<T> {
+    type Output = OwnedLeaseGuard<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(g) = this.lease.clone().try_lock_owned() {
+            if let Some(t) = this.ticket.take() {
+                reactor().disarm(t);
+            }
+            return Poll::Ready(g);
+        }
+        let key = (this.lease.wake_addr(), LOCK_TAG);
+        let lease = &this.lease;
+        reactor().arm(&mut this.ticket, key, cx.waker(), || lease.lock_check());
+        Poll::Pending
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for OwnedLockFuture<T> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            reactor().disarm(t);
+        }
+    }
+}
+
+impl<'a> LeaseLost<'a> {
+    pub(crate) fn new(
+        wake_addr: usize,
+        claim_id: u64,
+        is_current: Box<dyn Fn() -> bool + Send + Sync + 'a>,
+    ) -> Self {
+        LeaseLost {
+            is_current,
+            key: (wake_addr, claim_id | 1 << 63),
+            ticket: None,
+        }
+    }
+}
+
+impl Future for LeaseLost<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if !(this.is_current)() {
+            if let Some(t) = this.ticket.take() {
+                reactor().disarm(t);
+            }
+            return Poll::Ready(());
+        }
+        // The group's check cannot borrow `is_current` (the reactor needs 'static), so
+        // it wakes the waiter once per tick; the waiter's poll decides. One cheap load per
+        // tick per guard that awaits its loss.
+        reactor().arm(&mut this.ticket, this.key, cx.waker(), || {
+            let mut last = std::time::Instant::now();
+            Box::new(move || {
+                if last.elapsed() >= super::reactor::TICK {
+                    last = std::time::Instant::now();
+                    true
+                } else {
+                    false
+                }
+            })
+        });
+        Poll::Pending
+    }
+}
+
+impl Drop for LeaseLost<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            reactor().disarm(t);
+        }
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for LockFuture<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockFuture")
+            .field("lease", &self.lease.path())
+            .field("waiting", &self.ticket.is_some())
+            .finish()
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for OwnedLockFuture<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedLockFuture")
+            .field("lease", &self.lease.path())
+            .field("waiting", &self.ticket.is_some())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for LeaseLost<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseLost")
+            .field("waiting", &self.ticket.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,89 @@
+//! `SharedSemaphore::acquire_async`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use super::reactor::{Ticket, reactor};
+use crate::semaphore::{Permit, SharedSemaphore};
+
+/// The future of [`SharedSemaphore::acquire_async`].
+#[must_use = "futures do nothing unless polled"]
+pub struct AcquireFuture<'a> {
+    sem: &'a SharedSemaphore,
+    ticket: Option<Ticket>,
+}
+
+impl SharedSemaphore {
+    /// Takes a permit asynchronously, without a thread or timer per waiter; permits of
+    /// dead holders are reclaimed while waiting. Dropping the future at any point leaves
+    /// no permit and no registered waiter behind.
+    ///
+    /// # Examples
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sem = cxc_sync::SharedSemaphore::create(dir.path().join("s"), 1, 1).unwrap();
+    /// let permit = cxc_sync::block_on(sem.acquire_async());
+    /// assert_eq!(sem.available(), 0);
+    /// drop(permit);
+    /// ```
+    pub fn acquire_async(&self) -> AcquireFuture<'_> {
+        AcquireFuture {
+            sem: self,
+            ticket: None,
+        }
+    }
+}
+
+impl<'a> Future for AcquireFuture<'a> {
+    type Output = Permit<'a>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit<'a>> {
+        let this = self.get_mut();
+        let sem = this.sem;
+        if let Some(p) = sem.try_acquire() {
+            if let Some(t) = this.ticket.take() {
+                reactor().disarm(t);
+            }
+            return Poll::Ready(p);
+        }
+        let key = (sem.wake_addr(), 0);
+        reactor().arm(&mut this.ticket, key, cx.waker(), || {
+            let handle = std::ptr::from_ref(sem) as usize;
+            let mut last_reclaim = Instant::now();
+            Box::new(move || {
+                // SAFETY: every waiter of this group borrows the handle at `handle` (the
+                // group's key is an address inside its mapping), and the reactor runs
+                // checks only while the group exists.
+                let sem = unsafe { &*(handle as *const SharedSemaphore) };
+                if sem.recheck_available() > 0 {
+                    return true;
+                }
+                if last_reclaim.elapsed() >= crate::semaphore::RECLAIM_EVERY {
+                    last_reclaim = Instant::now();
+                    return sem.reclaim_dead() > 0;
+                }
+                false
+            })
+        });
+        Poll::Pending
+    }
+}
+
+impl Drop for AcquireFuture<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            reactor().disarm(t);
+        }
+    }
+}
+
+impl std::fmt::Debug for AcquireFuture<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireFuture")
+            .field("semaphore", &self.sem.path())
+            .field("waiting", &self.ticket.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,342 @@
+//! Async waiting (feature `async`): many tasks on one lease under tokio and smol, the
+//! thread and idle-CPU costs, cancellation at random points, loss notification across
+//! processes, and the semaphore's `acquire_async`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use cxc_sync::{EpochMode, LeaseBuilder, OwnerLease, SharedSemaphore, async_waiters, block_on};
+use cxc_testkit::{Rng, RoleCommand, fields, in_role, path_arg, report, wait_until};
+
+/// The reactor is process-wide: tests that count its waiters or the process's CPU run
+/// one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    M.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+/// CPU time (user + system) of this process, to the microsecond.
+fn cpu() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_SELF is valid.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn lease(dir: &tempfile::TempDir) -> Arc<OwnerLease<u64>> {
+    Arc::new(
+        OwnerLease::builder(dir.path().join("l"))
+            .grace(Duration::from_secs(5))
+            .create(0u64)
+            .unwrap(),
+    )
+}
+
+/// 2,000 tokio tasks `lock_async` one lease (multi-threaded runtime, owned futures), each
+/// increments the payload through its guard: the final value is exactly 2,000 and the
+/// process gains at most 2 threads for all of them. Runs in a fresh process, so the
+/// reactor's threads are not there before.
+#[test]
+fn tokio_two_thousand_tasks() {
+    if in_role("tokio2000") {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = lease(&dir);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        // Warm the runtime up so its own threads are counted before.
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
+        let before = threads();
+        let peak = Arc::new(AtomicU32::new(0));
+        rt.block_on(async {
+            let held = lease.clone().lock_owned_async().await;
+            let mut tasks = Vec::new();
+            for _ in 0..2_000 {
+                let l = lease.clone();
+                let peak = peak.clone();
+                tasks.push(tokio::spawn(async move {
+                    let g = l.lock_owned_async().await;
+                    g.update(|v| *v += 1).unwrap();
+                    peak.fetch_max(threads() as u32, Ordering::Relaxed);
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(async_waiters() > 1_000, "tasks are waiting");
+            drop(held);
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let g = lease.try_lock().unwrap();
+        report(format!(
+            "value={} before={before} peak={} left={}",
+            g.read().unwrap(),
+            peak.load(Ordering::Relaxed),
+            async_waiters()
+        ));
+        return;
+    }
+    let mut kid = RoleCommand::new("tokio_two_thousand_tasks", "tokio2000").spawn();
+    let r = kid.finish(Duration::from_secs(60)).pop().expect("report");
+    println!("{r}");
+    let f = fields(&r);
+    assert_eq!(f["value"], "2000");
+    let (before, peak): (usize, usize) = (f["before"].parse().unwrap(), f["peak"].parse().unwrap());
+    assert!(
+        peak <= before + 2,
+        "{} extra threads for 2,000 waiters",
+        peak - before
+    );
+    assert_eq!(f["left"], "0");
+}
+
+/// The same with smol's executor (a different runtime: the futures are runtime-agnostic).
+#[test]
+fn smol_tasks() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let lease = lease(&dir);
+    let ex = smol::Executor::new();
+    smol::block_on(ex.run(async {
+        let tasks: Vec<_> = (0..500)
+            .map(|_| {
+                let l = lease.clone();
+                ex.spawn(async move {
+                    let g = l.lock_owned_async().await;
+                    g.update(|v| *v += 1).unwrap();
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+    }));
+    assert_eq!(lease.try_lock().unwrap().read().unwrap(), 500);
+    assert_eq!(async_waiters(), 0);
+}
+
+/// 2,000 waiters idle for 2 s (the lease held all along) use under 1 % of one core.
+#[test]
+fn idle_waiters_cost_no_cpu() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let lease = lease(&dir);
+    let held = lease.try_lock().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..2_000)
+            .map(|_| {
+                let l = lease.clone();
+                tokio::spawn(async move {
+                    let _g = l.lock_owned_async().await;
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let c0 = cpu();
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let used = cpu() - c0;
+        let wall = t0.elapsed();
+        let pct = used.as_secs_f64() / wall.as_secs_f64() * 100.0;
+        println!("2,000 idle waiters: {used:?} CPU over {wall:?} = {pct:.2} %");
+        assert!(pct < 1.0, "idle waiters used {pct:.2} % of a core");
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+    drop(held);
+    assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
+}
+
+/// Futures dropped at random points while waiting leave nothing behind: afterwards the
+/// lease is free, a blocking `lock` succeeds at once, and no waiter stays registered.
+#[test]
+fn cancellation_at_random_points() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let lease = lease(&dir);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let mut rng = Rng::for_test();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for _ in 0..300 {
+            let l = lease.clone();
+            let hold = Duration::from_micros(rng.below(2_000));
+            let cancel_after = Duration::from_micros(rng.below(20_000));
+            tasks.push(tokio::spawn(async move {
+                let got = tokio::time::timeout(cancel_after, l.lock_owned_async()).await;
+                if let Ok(g) = got {
+                    tokio::time::sleep(hold).await;
+                    g.update(|v| *v += 1).unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
+    assert_eq!(lease.current_owner(), None, "no claim left behind");
+    let t0 = Instant::now();
+    let g = lease.lock_timeout(Duration::from_secs(1)).expect("free");
+    assert!(t0.elapsed() < Duration::from_millis(50));
+    drop(g);
+}
+
+/// A plain `block_on` executor, and a crashed holder in another process replaced at once.
+#[test]
+fn block_on_replaces_a_killed_holder_promptly() {
+    if in_role("holder") {
+        let l: OwnerLease<u64> = LeaseBuilder::new(path_arg("path")).open().unwrap();
+        let _g = l.lock();
+        report("holding");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let lease = lease(&dir);
+    let mut kid = RoleCommand::new("block_on_replaces_a_killed_holder_promptly", "holder")
+        .arg("path", dir.path().join("l"))
+        .spawn();
+    assert_eq!(kid.next_report(Duration::from_secs(10)), "holding");
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let g = block_on(lease.lock_async());
+            let t = Instant::now();
+            drop(g);
+            t
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let killed = Instant::now();
+        kid.kill();
+        let got = waiter.join().unwrap();
+        let took = got.duration_since(killed);
+        println!("async takeover {took:?} after SIGKILL");
+        assert!(took < Duration::from_millis(100), "took {took:?}");
+    });
+}
+
+/// `lost()` resolves for a holder SIGSTOPped past the grace and taken over, once it runs
+/// again; it never resolves for a holder that keeps its claim.
+#[test]
+fn lost_resolves_after_a_takeover_and_only_then() {
+    if in_role("stopped") {
+        let l: OwnerLease<u64> = LeaseBuilder::new(path_arg("path"))
+            .grace(Duration::from_millis(50))
+            .open()
+            .unwrap();
+        let g = l.lock();
+        report(format!("token={}", g.token()));
+        let t = Instant::now();
+        block_on(g.lost());
+        report(format!("lost_after_ms={}", t.elapsed().as_millis()));
+        return;
+    }
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    let lease: OwnerLease<u64> = LeaseBuilder::new(&path)
+        .grace(Duration::from_millis(50))
+        .epoch(EpochMode::Clock {
+            tick: Duration::from_millis(1),
+        })
+        .create(0)
+        .unwrap();
+    // A holder that keeps its claim: `lost()` stays pending.
+    {
+        let g = lease.try_lock().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let r = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(300), async {
+                loop {
+                    tokio::select! {
+                        _ = g.lost() => return true,
+                        _ = tokio::time::sleep(Duration::from_millis(10)) => { g.beat().unwrap(); }
+                    }
+                }
+            })
+            .await
+        });
+        assert!(
+            r.is_err(),
+            "lost() resolved for a holder that kept its claim"
+        );
+        assert!(!g.wait_lost(Duration::from_millis(50)));
+    }
+    let mut kid = RoleCommand::new("lost_resolves_after_a_takeover_and_only_then", "stopped")
+        .arg("path", &path)
+        .spawn();
+    let old: u64 = fields(&kid.next_report(Duration::from_secs(10)))["token"]
+        .parse()
+        .unwrap();
+    kid.stop();
+    let g = lease
+        .lock_timeout(Duration::from_secs(5))
+        .expect("a stopped holder is replaced after the grace");
+    assert!(g.token() > old);
+    kid.cont();
+    let r = kid.next_report(Duration::from_secs(10));
+    let ms: u64 = fields(&r)["lost_after_ms"].parse().unwrap();
+    println!("stopped holder learned of its loss {ms} ms after it began waiting");
+    kid.finish(Duration::from_secs(10));
+}
+
+/// `acquire_async` on a semaphore of 2 permits: never more than 2 holders at once, every
+/// task gets its turn, nothing left registered.
+#[test]
+fn semaphore_acquire_async() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let sem = Arc::new(SharedSemaphore::create(dir.path().join("s"), 2, 2).unwrap());
+    let inside = Arc::new(AtomicU32::new(0));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let (sem, inside) = (sem.clone(), inside.clone());
+                tokio::spawn(async move {
+                    let p = sem.acquire_async().await;
+                    assert!(inside.fetch_add(1, Ordering::SeqCst) < 2, "above max");
+                    tokio::time::sleep(Duration::from_micros(100)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    drop(p);
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(sem.available(), 2);
+    assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
+}
