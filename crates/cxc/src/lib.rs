@@ -61,6 +61,12 @@ pub struct ReadmeDoctests;
 
 pub use cxc_mmf as mmf;
 pub use cxc_mmf::{Kind, MmfError};
+/// Async waiting (feature `async`, `docs/async.md`).
+#[cfg(feature = "async")]
+pub use cxc_sync::{
+    ASYNC_MAX_FILES, ASYNC_TICK, AcquireFuture, LeaseLost, LockFuture, OwnedLockFuture,
+    async_waiters, block_on,
+};
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
     HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, InFlightBits,

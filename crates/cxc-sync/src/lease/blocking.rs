@@ -219,6 +219,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let Some(ident) = st.holder_identity(cur) else {
             return false;
         };
+        // A holder in this very process cannot die while we run: no watcher.
+        if ident == crate::liveness::Identity::current() {
+            return false;
+        }
         *watcher = DeathWatcher::spawn(scope, st, cur.id(), ident);
         watcher.is_some()
     }

@@ -107,6 +107,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     /// Blocks up to `timeout` (`None`: forever).
     fn lock_core(&self, timeout: Option<Duration>) -> Option<Core> {
+        // Uncontended: one attempt, no clock read beyond the epoch's.
+        if let Some(core) = self.try_core() {
+            return Some(core);
+        }
         let pid = match self.guard.pid {
             0 => my_proc(),
             p => p,
