@@ -346,7 +346,19 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // pid, so it misses and registers its own slot. Linux pids fit in 22 bits.
         let me = u64::from(cxc_mmf::identity::current_pid());
         let want = me << 41 | (pid & PID_WORD_MASK) << 8;
-        self.cache.iter().find_map(|e| {
+        // The first entry is the hot one (a handle used for one pid); the rest are
+        // looked at only on a miss.
+        let c = self.cache[0].load(std::sync::atomic::Ordering::Acquire);
+        if c & !0xFF == want && c & 0xFF != 0 {
+            return Some(c as u8);
+        }
+        self.cached_holder_rest(want)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn cached_holder_rest(&self, want: u64) -> Option<u8> {
+        self.cache[1..].iter().find_map(|e| {
             let c = e.load(std::sync::atomic::Ordering::Acquire);
             (c & !0xFF == want && c & 0xFF != 0).then_some(c as u8)
         })
