@@ -9,12 +9,15 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod files;
 mod inspect;
 pub mod render;
 
 use std::path::Path;
 
-pub use error::{CliError, EXIT_ERROR, EXIT_LEASE_LOST, EXIT_TIMEOUT};
+pub use error::{
+    CliError, EXIT_CANNOT_EXEC, EXIT_ERROR, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT,
+};
 pub use inspect::{HeartbeatView, SemaphoreView, State, View, load, watch};
 
 /// What `cxc inspect PATH` prints, or the one-line error it reports.

@@ -10,13 +10,16 @@ mod demo;
 mod duration;
 mod lease_run;
 mod sem_run;
+mod supervise;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use cxc_cli::{CliError, EXIT_LEASE_LOST, EXIT_TIMEOUT, render};
+use cxc_cli::{
+    CliError, EXIT_CANNOT_EXEC, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT, files, render,
+};
 
 /// See and use cxc cross-process primitives (leases, heartbeat tables, semaphores).
 #[derive(Parser, Debug)]
