@@ -12,6 +12,7 @@ use crate::{CliError, EXIT_LEASE_LOST, duration, files};
 
 /// Arguments of `cxc lease run`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = supervise::EXIT_CODES)]
 pub(crate) struct LeaseRun {
     /// The lease file (created as `cxc create lease` makes it if missing).
     path: PathBuf,

@@ -13,6 +13,7 @@ use crate::{CliError, files};
 
 /// Arguments of `cxc sem run`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = supervise::EXIT_CODES)]
 pub(crate) struct SemRun {
     /// The semaphore file (created with N permits if missing).
     path: PathBuf,

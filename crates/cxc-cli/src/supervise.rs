@@ -27,6 +27,22 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 
 use crate::{CliError, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND};
 
+/// The exit codes of `lease run` and `sem run`, as `--help` shows them.
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  N        the command's own exit code (128+S if it died of signal S)
+  1        conflict (-n found the claim taken) or timeout (-w ran out); -E N changes it
+  2        usage error, or the file is missing, foreign or unusable
+  75       lease lost while the command ran (--kill-after takeover by another run);
+           the command's process group was terminated
+  126      the command was found but could not be run
+  127      the command was not found
+
+The claim is held on behalf of the command's process group: the next run starts only
+once that group is gone, whatever happens to this wrapper. SIGTERM/SIGINT/SIGHUP are
+forwarded to the group; if the wrapper dies, the group is terminated (SIGTERM, SIGKILL
+2 s later). See docs/cli.md.";
+
 /// Set in the keeper's environment to the wrapper's pid (removed from the command's).
 pub(crate) const KEEPER_ENV: &str = "CXC_KEEPER_OF";
 /// Between SIGTERM and SIGKILL when a group is terminated.
