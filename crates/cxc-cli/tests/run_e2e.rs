@@ -295,7 +295,7 @@ fn handover_median_is_within_5ms() {
     let (s, slog) = (d.path().join("s"), d.path().join("slog"));
     let sem_median = median_ms(handover_gaps(&["sem", "run", p(&s), "-j", "1"], &slog));
     println!("sem run handover over 50 jobs: median {sem_median:.2} ms");
-    let mut flock_median = None;
+    let mut flock_median: Option<f64> = None;
     if Command::new("flock").arg("-V").output().is_ok() {
         let (f, flog) = (d.path().join("f"), d.path().join("flog"));
         let mut fl = Vec::new();
