@@ -3,22 +3,31 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cxc::{EpochMode, LeaseOptions, OwnerLease, Preemption};
+use cxc::{EpochMode, OwnerLease, Preemption};
 
-use crate::{CliError, duration};
+use crate::{CliError, duration, files};
 
 /// What to create.
 #[derive(clap::Subcommand, Debug)]
 pub(crate) enum CreateKind {
-    /// An OwnerLease<u64> file (payload: a run counter).
+    /// An OwnerLease<u64> file, the same file `lease run` creates when one is missing:
+    /// no preemption, clock epochs (payload: a run counter and the running command's
+    /// process group).
     Lease {
         /// The new file.
         path: PathBuf,
-        /// Clock-driven epochs of this length (default: manual epochs).
-        #[arg(long, value_parser = duration::parse)]
-        tick: Option<Duration>,
-        /// Never let a lower pid preempt a live holder.
+        /// Epoch length of the clock epochs.
+        #[arg(long, default_value = "1ms", value_parser = duration::parse)]
+        tick: Duration,
+        /// Manual epochs instead (a stale holder is then never replaced by age alone).
         #[arg(long)]
+        manual_epochs: bool,
+        /// Let a lower pid preempt a live holder (the seed API's policy; `lease run`
+        /// never wants it).
+        #[arg(long)]
+        preempt_lower_pid: bool,
+        /// No preemption (the default; accepted for old scripts).
+        #[arg(long, hide = true)]
         no_preempt: bool,
         /// File permission bits, octal.
         #[arg(long, default_value = "600", value_parser = parse_mode)]
@@ -34,6 +43,10 @@ pub(crate) enum CreateKind {
         /// Permits available at first (default: all).
         #[arg(long)]
         initial: Option<u32>,
+        /// Holder-table slots (default: one per permit, at least 64, at most the format's
+        /// limit), so every holder's permits come back if it dies.
+        #[arg(long)]
+        holders: Option<u32>,
         /// File permission bits, octal.
         #[arg(long, default_value = "600", value_parser = parse_mode)]
         mode: u32,
@@ -66,20 +79,26 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
         CreateKind::Lease {
             path,
             tick,
-            no_preempt,
+            manual_epochs,
+            preempt_lower_pid,
+            no_preempt: _,
             mode,
         } => {
-            let opts = LeaseOptions {
-                preemption: if no_preempt {
-                    Preemption::Never
-                } else {
+            let builder = OwnerLease::builder(&path)
+                .preemption(if preempt_lower_pid {
                     Preemption::LowerPid
-                },
-                epoch: tick.map_or(EpochMode::Manual, |tick| EpochMode::Clock { tick }),
-                mode,
-                ..LeaseOptions::default()
-            };
-            OwnerLease::<u64>::create_with(&path, 0, &opts)?;
+                } else {
+                    Preemption::Never
+                })
+                .epoch(if manual_epochs {
+                    EpochMode::Manual
+                } else {
+                    EpochMode::Clock { tick }
+                })
+                .mode(mode);
+            builder
+                .create::<u64>(0)
+                .map_err(|e| files::error(&path, &e))?;
             println!("created lease {}", path.display());
             Ok(())
         }
@@ -87,10 +106,14 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
             path,
             permits,
             initial,
+            holders,
             mode,
         } => {
-            let opts = cxc::SemaphoreOptions::default().mode(mode);
-            cxc::SharedSemaphore::create_with(&path, initial.unwrap_or(permits), permits, &opts)?;
+            let opts = cxc::SemaphoreOptions::default()
+                .mode(mode)
+                .holders(holders.unwrap_or(crate::sem_run::default_holders(permits)));
+            cxc::SharedSemaphore::create_with(&path, initial.unwrap_or(permits), permits, &opts)
+                .map_err(|e| files::error(&path, &e))?;
             println!("created semaphore {} ({permits} permits)", path.display());
             Ok(())
         }
@@ -104,7 +127,8 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
                 epoch: tick.map_or(EpochMode::Manual, |tick| EpochMode::Clock { tick }),
                 mode,
             };
-            cxc::HeartbeatTable::create_with(&path, capacity, &opts)?;
+            cxc::HeartbeatTable::create_with(&path, capacity, &opts)
+                .map_err(|e| files::error(&path, &e))?;
             println!(
                 "created heartbeat table {} ({capacity} slots)",
                 path.display()

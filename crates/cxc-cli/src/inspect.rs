@@ -139,20 +139,52 @@ pub fn load(path: &Path) -> Result<View, CliError> {
     })
 }
 
-/// Redraws the view every `interval` until interrupted.
+/// The shortest `watch` interval: shorter ones are raised to it.
+pub const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Redraws the view every `interval` (at least [`MIN_WATCH_INTERVAL`]) until interrupted:
+/// in place on a terminal, as plain successive reports (separated by a blank line)
+/// otherwise. `out_format` renders one view.
 ///
 /// # Errors
-/// None in practice: an unreadable file is drawn as its error message and retried.
-pub fn watch(path: &Path, interval: Duration) -> Result<(), CliError> {
+/// Exit 2 when the file is missing (unless `wait_for_file`: then it waits for it to
+/// appear) or stops being a cxc file; other errors are shown and retried.
+pub fn watch(
+    path: &Path,
+    interval: Duration,
+    wait_for_file: bool,
+    render: &dyn Fn(&View) -> String,
+) -> Result<(), CliError> {
+    use std::io::IsTerminal;
+    let interval = interval.max(MIN_WATCH_INTERVAL);
     let mut out = std::io::stdout();
+    let tty = out.is_terminal();
+    let mut seen = false;
     loop {
         let text = match load(path) {
-            Ok(v) => crate::render::text(&v),
-            Err(e) => format!("{}\n", e.msg),
+            Ok(v) => {
+                seen = true;
+                render(&v)
+            }
+            Err(e) => {
+                let missing = !path.exists();
+                let waiting = missing && wait_for_file && !seen;
+                if !waiting && (missing || !seen) {
+                    return Err(e);
+                }
+                format!("{}\n", e.msg)
+            }
         };
-        // Clear the screen and home the cursor, then draw.
-        let _ = write!(out, "\x1b[H\x1b[2J{text}");
-        let _ = out.flush();
+        let written = if tty {
+            // Clear the screen and home the cursor, then draw.
+            write!(out, "\x1b[H\x1b[2J{text}")
+        } else {
+            writeln!(out, "{text}")
+        };
+        // A closed pipe (e.g. `| head`) ends the watch.
+        if written.and_then(|()| out.flush()).is_err() {
+            return Ok(());
+        }
         std::thread::sleep(interval);
     }
 }

@@ -1,135 +1,124 @@
-//! `cxc lease run PATH [--grace N] [--wait D] -- CMD ARGS...`: flock(1) with crash failover.
+//! `cxc lease run PATH [-n] [-w D] [-E N] [--kill-after D] -- CMD ARGS...`: flock(1)
+//! with crash failover. The claim is held by a keeper process on behalf of the command's
+//! process group (see `supervise`).
 
-use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cxc::{EpochMode, LeaseOptions, OwnerLease, Preemption};
+use cxc::{EpochMode, OwnerLease};
 
-use crate::{CliError, EXIT_LEASE_LOST, EXIT_TIMEOUT, duration};
+use crate::supervise::{self, Ended, Parent, Signals, Waiting};
+use crate::{CliError, EXIT_LEASE_LOST, duration, files};
 
 /// Arguments of `cxc lease run`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = supervise::EXIT_CODES)]
 pub(crate) struct LeaseRun {
-    /// The lease file (created with clock epochs if missing).
+    /// The lease file (created as `cxc create lease` makes it if missing).
     path: PathBuf,
-    /// Epochs without a heartbeat after which a holder is presumed dead.
-    #[arg(long, default_value_t = 10)]
-    grace: u64,
-    /// Give up (exit 1) if the lease is not acquired within this time (default: wait forever).
+    /// Opt-in hung-holder takeover: a waiter that sees the holder's heartbeat stale for
+    /// this long terminates the holder's process group (SIGTERM, SIGKILL 2 s later) and
+    /// runs only once it is gone. Default: never take over from a live holder.
     #[arg(long, value_parser = duration::parse)]
-    wait: Option<Duration>,
-    /// Epoch length for a lease file this command creates.
-    #[arg(long, default_value = "100ms", value_parser = duration::parse)]
+    kill_after: Option<Duration>,
+    /// Epoch length of a lease file this command creates.
+    #[arg(long, default_value = "1ms", value_parser = duration::parse)]
     tick: Duration,
-    /// The command and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-    cmd: Vec<OsString>,
+    #[command(flatten)]
+    waiting: Waiting,
 }
 
-/// Exit code of a finished child: its code, or 128 + the signal that killed it.
-pub(crate) fn exit_code(status: std::process::ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => (c & 0xff) as u8,
-        (None, Some(sig)) => (128 + sig).min(255) as u8,
-        _ => 1,
-    }
+/// The payload of a lease used by `lease run`: a tag, the run counter and the process
+/// group of the command running on the claim (0: none).
+const TAG: u64 = 0xC5 << 56;
+const TAG_MASK: u64 = 0xFF << 56;
+
+fn payload(runs: u64, pgid: u32) -> u64 {
+    TAG | ((runs & 0xFF_FFFF) << 32) | u64::from(pgid)
 }
 
-/// Terminates `child`: SIGTERM, then SIGKILL after `patience`.
-pub(crate) fn terminate(child: &mut std::process::Child, patience: Duration) {
-    if let Some(pid) = i32::try_from(child.id())
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+/// The run counter and the recorded process group of a payload (`None`: not written by
+/// `lease run`).
+fn decode(v: u64) -> (u64, Option<u32>) {
+    if v & TAG_MASK == TAG {
+        ((v >> 32) & 0xFF_FFFF, Some(v as u32).filter(|p| *p != 0))
+    } else {
+        (0, None)
     }
-    let deadline = Instant::now() + patience;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 pub(crate) fn run(args: LeaseRun) -> Result<u8, CliError> {
-    let opts = LeaseOptions {
-        preemption: Preemption::Never,
-        epoch: EpochMode::Clock { tick: args.tick },
-        ..LeaseOptions::default()
-    };
-    let (lease, _) = OwnerLease::<u64>::create_or_open(&args.path, 0, &opts)?;
-    let me = std::process::id();
-    let wait = args
-        .wait
-        .unwrap_or(Duration::from_secs(u64::from(u32::MAX)));
-    let Some(claim) = lease.acquire(me, args.grace, wait) else {
-        return Err(CliError {
-            code: EXIT_TIMEOUT,
-            msg: format!(
-                "timed out after {:?} waiting for {}",
-                wait,
-                args.path.display()
-            ),
-        });
-    };
-    // The payload counts the runs that held this lease.
-    if let Some(runs) = lease.read_claimed(&claim) {
-        lease.write_claimed(&claim, runs.wrapping_add(1));
-    }
-    let (program, rest) = args.cmd.split_first().expect("clap requires a command");
-    let spawned = Command::new(program)
-        .args(rest)
-        .env("CXC_FENCING_TOKEN", claim.generation().to_string())
-        .env("CXC_LEASE_PATH", &args.path)
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            lease.release_claim(&claim);
-            return Err(CliError {
-                code: 127,
-                msg: format!("cannot run {}: {e}", program.to_string_lossy()),
-            });
-        }
-    };
-    // Beat at least twice per epoch, so the heartbeat never lags by a whole epoch.
-    let period = (lease_tick(&lease).unwrap_or(args.tick) / 2)
-        .clamp(Duration::from_millis(1), Duration::from_millis(50));
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                lease.release_claim(&claim);
-                return Ok(exit_code(status));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                terminate(&mut child, Duration::from_secs(2));
-                lease.release_claim(&claim);
-                return Err(CliError::usage(format!("waiting for the command: {e}")));
-            }
-        }
-        if !lease.beat_claimed(&claim) {
-            eprintln!(
-                "cxc: lease {} lost (generation {} superseded); terminating the command",
-                args.path.display(),
-                claim.generation()
-            );
-            terminate(&mut child, Duration::from_secs(2));
-            return Ok(EXIT_LEASE_LOST);
-        }
-        std::thread::sleep(period);
+    match Parent::from_env()? {
+        None => supervise::wrap(),
+        Some(parent) => keep(args, &parent),
     }
 }
 
-fn lease_tick(lease: &OwnerLease<u64>) -> Option<Duration> {
-    match lease.epoch_mode() {
-        EpochMode::Clock { tick } => Some(tick),
-        _ => None,
+fn keep(args: LeaseRun, parent: &Parent) -> Result<u8, CliError> {
+    let signals = Signals::install()?;
+    let path = &files::follow(&args.path);
+    let builder = OwnerLease::builder(path).epoch(EpochMode::Clock { tick: args.tick });
+    let builder = match args.kill_after {
+        Some(d) => builder.grace(d),
+        None => builder.grace_epochs(u64::MAX),
+    };
+    let (lease, _) = builder
+        .create_or_open::<u64>(0)
+        .map_err(|e| files::error(&args.path, &e))?;
+    let what = format!("lease {}", path.display());
+    let guard = args.waiting.acquire(&what, parent, &signals, |t| {
+        if t.is_zero() {
+            lease.try_lock()
+        } else {
+            lease.lock_timeout(t)
+        }
+    })?;
+    let (runs, prev) = decode(guard.read().unwrap_or(0));
+    let own_group = rustix::process::getpgrp().as_raw_pid().unsigned_abs();
+    if let Some(pgid) = prev.filter(|p| *p != own_group)
+        && supervise::group_alive(pgid)
+    {
+        eprintln!(
+            "cxc: {what}: the previous holder's command (process group {pgid}) outlived its \
+             claim; terminating it before running"
+        );
+        supervise::terminate_group(pgid);
+    }
+    let runs = runs + 1;
+    let token = guard.token();
+    let env = [
+        ("CXC_FENCING_TOKEN", token.to_string().into()),
+        ("CXC_LEASE_PATH", path.clone().into_os_string()),
+    ];
+    let running = match supervise::spawn(&args.waiting.argv(), &env) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = guard.write(payload(runs, 0));
+            return Err(e);
+        }
+    };
+    let _ = guard.write(payload(runs, running.pgid));
+    let period = args
+        .kill_after
+        .map_or(Duration::from_millis(100), |d| d / 4)
+        .clamp(Duration::from_millis(1), Duration::from_millis(100));
+    let ended = supervise::supervise(running, parent, &signals, period, &mut || {
+        guard.beat().is_ok() && guard.is_current()
+    });
+    match ended {
+        Ended::Exited(code) => {
+            let _ = guard.write(payload(runs, 0));
+            Ok(code)
+        }
+        Ended::WrapperDied => {
+            let _ = guard.write(payload(runs, 0));
+            Ok(EXIT_LEASE_LOST)
+        }
+        Ended::Lost => Err(CliError {
+            code: EXIT_LEASE_LOST,
+            msg: format!(
+                "{what} lost (token {token} superseded); the command's process group was terminated"
+            ),
+        }),
     }
 }

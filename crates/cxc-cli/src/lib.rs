@@ -9,13 +9,17 @@
 #![forbid(unsafe_code)]
 
 mod error;
+pub mod files;
 mod inspect;
+pub mod prometheus;
 pub mod render;
 
 use std::path::Path;
 
-pub use error::{CliError, EXIT_ERROR, EXIT_LEASE_LOST, EXIT_TIMEOUT};
-pub use inspect::{HeartbeatView, SemaphoreView, State, View, load, watch};
+pub use error::{
+    CliError, EXIT_CANNOT_EXEC, EXIT_ERROR, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT,
+};
+pub use inspect::{HeartbeatView, MIN_WATCH_INTERVAL, SemaphoreView, State, View, load, watch};
 
 /// What `cxc inspect PATH` prints, or the one-line error it reports.
 ///
@@ -50,4 +54,27 @@ pub fn inspect_file_json(path: impl AsRef<Path>) -> Result<String, String> {
     load(path.as_ref())
         .map(|v| render::json(&v).to_string())
         .map_err(|e| e.msg)
+}
+
+/// Whether process `pid` lives, as `inspect` marks owners and holders: `dead` (no such
+/// process, or another process with that pid than the recorded identity `unique`),
+/// `alive`, or `unknown` (`/proc` cannot tell, or the recorded identity is of another
+/// form). Reads `/proc` only.
+pub fn liveness_mark(pid: u32, unique: Option<u64>) -> &'static str {
+    use cxc::mmf::identity::{FALLBACK_BIT, Identity, proc_group_alive};
+    if pid == 0 {
+        return "unknown";
+    }
+    match proc_group_alive(pid) {
+        None => "unknown",
+        Some(false) => "dead",
+        Some(true) => match unique {
+            None => "alive",
+            Some(u) => match Identity::of_pid(pid) {
+                Some(id) if id.unique == u => "alive",
+                Some(id) if (id.unique ^ u) & FALLBACK_BIT == 0 => "dead",
+                _ => "unknown",
+            },
+        },
+    }
 }

@@ -10,13 +10,16 @@ mod demo;
 mod duration;
 mod lease_run;
 mod sem_run;
+mod supervise;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use cxc_cli::{CliError, EXIT_LEASE_LOST, EXIT_TIMEOUT, render};
+use cxc_cli::{
+    CliError, EXIT_CANNOT_EXEC, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT, files, render,
+};
 
 /// See and use cxc cross-process primitives (leases, heartbeat tables, semaphores).
 #[derive(Parser, Debug)]
@@ -35,19 +38,35 @@ enum Command {
     },
     /// Show a file's whole state: kind, holders, counters, recent observations.
     Inspect {
-        /// The file.
-        path: PathBuf,
-        /// Print JSON instead of text.
+        /// The files.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print JSON instead of text (same as --format json).
         #[arg(long)]
         json: bool,
+        /// Output format: text, json or prometheus (the exposition format, all files in
+        /// one report).
+        #[arg(long, default_value = "text", value_parser = ["text", "json", "prometheus"])]
+        format: String,
     },
-    /// Redraw `inspect` in place until Ctrl-C.
+    /// Redraw `inspect` until Ctrl-C: in place on a terminal, plain reports otherwise.
+    /// Exits 2 if the file is missing (unless --wait-for-file).
     Watch {
         /// The file.
         path: PathBuf,
-        /// Time between redraws (e.g. 500ms, 1s).
+        /// Time between redraws (e.g. 500ms, 1s; at least 100ms).
         #[arg(long, default_value = "1s", value_parser = duration::parse)]
         interval: Duration,
+        /// Wait for a missing file to appear instead of exiting 2.
+        #[arg(long)]
+        wait_for_file: bool,
+        /// Output format: text, json or prometheus.
+        #[arg(long, default_value = "text", value_parser = ["text", "json", "prometheus"])]
+        format: String,
+        /// With --format prometheus: rewrite this file atomically at every interval (for
+        /// node-exporter's textfile collector) instead of printing.
+        #[arg(long)]
+        textfile: Option<PathBuf>,
     },
     /// Run a command while holding a lease (like flock(1), with crash failover).
     Lease {
@@ -82,16 +101,47 @@ enum LeaseCmd {
 fn run(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Create { what } => create::run(what).map(|()| 0),
-        Command::Inspect { path, json } => {
-            let view = cxc_cli::load(&path)?;
-            if json {
-                println!("{}", render::json(&view));
-            } else {
-                print!("{}", render::text(&view));
+        Command::Inspect {
+            paths,
+            json,
+            format,
+        } => {
+            let views = paths
+                .iter()
+                .map(|p| cxc_cli::load(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            match (json, format.as_str()) {
+                (true, _) | (false, "json") => {
+                    for v in &views {
+                        println!("{}", render::json(v));
+                    }
+                }
+                (false, "prometheus") => print!("{}", cxc_cli::prometheus::render(&views)),
+                _ => {
+                    for v in &views {
+                        print!("{}", render::text(v));
+                    }
+                }
             }
             Ok(0)
         }
-        Command::Watch { path, interval } => cxc_cli::watch(&path, interval).map(|()| 0),
+        Command::Watch {
+            path,
+            interval,
+            wait_for_file,
+            format,
+            textfile,
+        } => match textfile {
+            Some(out) => cxc_cli::prometheus::textfile_loop(&[path], &out, interval).map(|()| 0),
+            None => {
+                let render = move |v: &cxc_cli::View| match format.as_str() {
+                    "json" => format!("{}\n", render::json(v)),
+                    "prometheus" => cxc_cli::prometheus::render(std::slice::from_ref(v)),
+                    _ => render::text(v),
+                };
+                cxc_cli::watch(&path, interval, wait_for_file, &render).map(|()| 0)
+            }
+        },
         Command::Lease {
             what: LeaseCmd::Run(args),
         } => lease_run::run(args),

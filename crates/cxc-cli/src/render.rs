@@ -27,8 +27,14 @@ pub fn text(v: &View) -> String {
     match &v.state {
         State::Lease(l) => {
             let owner = match (l.owner, l.owner_start) {
-                (Some(p), Some(st)) => format!("pid {p} (start time {st})"),
-                (Some(p), None) => format!("pid {p} (no OS identity recorded)"),
+                (Some(p), Some(st)) => format!(
+                    "pid {p} [{}] (identity {st})",
+                    crate::liveness_mark(p, Some(st))
+                ),
+                (Some(p), None) => format!(
+                    "pid {p} [{}] (no OS identity recorded)",
+                    crate::liveness_mark(p, None)
+                ),
                 (None, _) => "vacant".into(),
             };
             let _ = writeln!(s, "  owner:       {owner}");
@@ -41,7 +47,12 @@ pub fn text(v: &View) -> String {
                 l.epoch,
                 epoch_mode(l.epoch_mode)
             );
-            let _ = writeln!(s, "  preemption:  {:?}", l.preemption);
+            let _ = writeln!(
+                s,
+                "  mode:        preemption {:?}, {} epochs",
+                l.preemption,
+                epoch_mode(l.epoch_mode)
+            );
             let _ = writeln!(
                 s,
                 "  payload:     {} bytes, words {:?}",
@@ -82,14 +93,15 @@ pub fn text(v: &View) -> String {
             for (i, snap) in &h.slots {
                 let _ = writeln!(
                     s,
-                    "  {:>5}  {:>8}  {:>6}  {:>10}  {:>6}  {:#018x}  {}",
+                    "  {:>5}  {:>8}  {:>6}  {:>10}  {:>6}  {:#018x}  {} [{}]",
                     i,
                     snap.pid,
                     snap.generation,
                     snap.last_seen_epoch,
                     h.epoch.saturating_sub(snap.last_seen_epoch),
                     snap.in_flight_bitmap,
-                    if snap.fenced { "fenced" } else { "live" }
+                    if snap.fenced { "fenced" } else { "registered" },
+                    crate::liveness_mark(snap.pid, None)
                 );
             }
             let counters: Vec<String> =
@@ -113,9 +125,10 @@ pub fn text(v: &View) -> String {
             for h in &m.holders {
                 let _ = writeln!(
                     s,
-                    "    slot {:>3}  pid {:>8}  holds {}{}",
+                    "    slot {:>3}  pid {:>8} [{}]  holds {}{}",
                     h.slot,
                     h.pid,
+                    crate::liveness_mark(h.pid, None),
                     h.held,
                     if h.reclaiming {
                         "  (being reclaimed)"
@@ -176,6 +189,7 @@ pub fn json(v: &View) -> Value {
         State::Lease(l) => json!({
             "owner": l.owner,
             "owner_start": l.owner_start,
+            "owner_state": l.owner.map(|p| crate::liveness_mark(p, l.owner_start)),
             "generation": l.generation,
             "heartbeat_epoch": l.heartbeat_epoch,
             "epoch": l.epoch,
@@ -201,6 +215,7 @@ pub fn json(v: &View) -> Value {
                 "lag": h.epoch.saturating_sub(s.last_seen_epoch),
                 "in_flight_bitmap": s.in_flight_bitmap,
                 "fenced": s.fenced,
+                "state": crate::liveness_mark(s.pid, None),
             })).collect::<Vec<_>>(),
             "counters": h.counters.iter().map(|(n, c)| (n.to_string(), json!(c)))
                 .collect::<serde_json::Map<_, _>>(),
@@ -211,6 +226,7 @@ pub fn json(v: &View) -> Value {
             "holder_capacity": m.holder_capacity,
             "holders": m.holders.iter().map(|h| json!({
                 "slot": h.slot, "pid": h.pid, "held": h.held, "reclaiming": h.reclaiming,
+                "state": crate::liveness_mark(h.pid, None),
             })).collect::<Vec<_>>(),
             "counters": {
                 "contended": m.stats.contended,

@@ -1,64 +1,72 @@
-//! `cxc sem run PATH --permits N [--wait D] -- CMD ARGS...`: like GNU `sem`: at most N
-//! commands at once across all shells; permits of killed runs are reclaimed.
+//! `cxc sem run PATH --permits N [-n] [-w D] [-E N] -- CMD ARGS...`: like GNU `sem`: at
+//! most N commands at once across all shells. The permit is held by a keeper process on
+//! behalf of the command's process group (see `supervise`); permits of killed keepers are
+//! reclaimed.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use cxc::{SemaphoreOptions, SharedSemaphore};
 
-use crate::lease_run::exit_code;
-use crate::{CliError, EXIT_TIMEOUT, duration};
+use crate::supervise::{self, Ended, Parent, Signals, Waiting};
+use crate::{CliError, files};
 
 /// Arguments of `cxc sem run`.
 #[derive(clap::Args, Debug)]
+#[command(after_help = supervise::EXIT_CODES)]
 pub(crate) struct SemRun {
     /// The semaphore file (created with N permits if missing).
     path: PathBuf,
-    /// The most commands that may run at once (must match an existing file).
-    #[arg(long)]
+    /// The most commands that may run at once (must match an existing file), as sem -j.
+    #[arg(long, short = 'j')]
     permits: u32,
-    /// Give up (exit 1) if no permit is free within this time (default: wait forever).
-    #[arg(long, value_parser = duration::parse)]
-    wait: Option<Duration>,
-    /// The command and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-    cmd: Vec<OsString>,
+    /// Holder-table slots of a file this command creates (default: one per permit, at
+    /// least 64, at most the format's limit).
+    #[arg(long)]
+    holders: Option<u32>,
+    #[command(flatten)]
+    waiting: Waiting,
+}
+
+/// The holder-table size for `permits` permits when none is given.
+pub(crate) fn default_holders(permits: u32) -> u32 {
+    permits.clamp(64, SharedSemaphore::MAX_HOLDERS)
 }
 
 pub(crate) fn run(args: SemRun) -> Result<u8, CliError> {
-    let (sem, _) = SharedSemaphore::create_or_open(
-        &args.path,
-        args.permits,
-        args.permits,
-        &SemaphoreOptions::default(),
-    )?;
-    let permit = match args.wait {
-        Some(d) => sem.acquire_timeout(d),
-        None => Some(sem.acquire()),
-    };
-    let Some(permit) = permit else {
-        return Err(CliError {
-            code: EXIT_TIMEOUT,
-            msg: format!(
-                "timed out after {:?} waiting for a permit of {}",
-                args.wait.unwrap_or_default(),
-                args.path.display()
-            ),
-        });
-    };
-    let (program, rest) = args.cmd.split_first().expect("clap requires a command");
-    let status = Command::new(program)
-        .args(rest)
-        .env("CXC_SEM_PATH", &args.path)
-        .status();
+    match Parent::from_env()? {
+        None => supervise::wrap(),
+        Some(parent) => keep(args, &parent),
+    }
+}
+
+fn keep(args: SemRun, parent: &Parent) -> Result<u8, CliError> {
+    let signals = Signals::install()?;
+    let path = files::follow(&args.path);
+    let opts =
+        SemaphoreOptions::default().holders(args.holders.unwrap_or(default_holders(args.permits)));
+    let (sem, _) = SharedSemaphore::create_or_open(&path, args.permits, args.permits, &opts)
+        .map_err(|e| files::error(&args.path, &e))?;
+    let what = format!("a permit of {}", args.path.display());
+    let permit = args.waiting.acquire(&what, parent, &signals, |t| {
+        if t.is_zero() {
+            sem.try_acquire()
+        } else {
+            sem.acquire_timeout(t)
+        }
+    })?;
+    let env = [("CXC_SEM_PATH", args.path.clone().into_os_string())];
+    let running = supervise::spawn(&args.waiting.argv(), &env)?;
+    let ended = supervise::supervise(
+        running,
+        parent,
+        &signals,
+        Duration::from_secs(1),
+        &mut || true,
+    );
     drop(permit);
-    match status {
-        Ok(s) => Ok(exit_code(s)),
-        Err(e) => Err(CliError {
-            code: 127,
-            msg: format!("cannot run {}: {e}", program.to_string_lossy()),
-        }),
+    match ended {
+        Ended::Exited(code) => Ok(code),
+        Ended::WrapperDied | Ended::Lost => Ok(crate::EXIT_LEASE_LOST),
     }
 }

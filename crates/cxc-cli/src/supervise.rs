@@ -1,0 +1,421 @@
+//! Running a command on behalf of a claim: the wrapper/keeper pair (docs/cli.md, "How
+//! `run` keeps one job at a time").
+//!
+//! - The *wrapper* is the process the shell started (`cxc lease run ...`). It re-runs
+//!   itself as the *keeper* (same arguments, [`KEEPER_ENV`] naming the wrapper's pid, in
+//!   a process group of its own), forwards SIGTERM/SIGINT/SIGHUP to it, and exits with
+//!   its exit code.
+//! - The *keeper* takes the claim (its own process identity is the holder), starts the
+//!   command in a new process group, and is a child subreaper, so the command's orphans
+//!   stay its children. It waits on the command's pidfd, the wrapper's pidfd and its
+//!   signal pipe (no sleep loop), forwards signals to the group, and gives the claim back
+//!   only once no live process is left in the group. When the wrapper dies (any signal,
+//!   even SIGKILL) the keeper terminates the group first.
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, Signal};
+
+use crate::{CliError, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND};
+
+/// The exit codes of `lease run` and `sem run`, as `--help` shows them.
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  N        the command's own exit code (128+S if it died of signal S)
+  1        conflict (-n found the claim taken) or timeout (-w ran out); -E N changes it
+  2        usage error, or the file is missing, foreign or unusable
+  75       lease lost while the command ran (--kill-after takeover by another run);
+           the command's process group was terminated
+  126      the command was found but could not be run
+  127      the command was not found
+
+The claim is held on behalf of the command's process group: the next run starts only
+once that group is gone, whatever happens to this wrapper. SIGTERM/SIGINT/SIGHUP are
+forwarded to the group; if the wrapper dies, the group is terminated (SIGTERM, SIGKILL
+2 s later). See docs/cli.md.";
+
+/// Set in the keeper's environment to the wrapper's pid (removed from the command's).
+pub(crate) const KEEPER_ENV: &str = "CXC_KEEPER_OF";
+/// Between SIGTERM and SIGKILL when a group is terminated.
+pub(crate) const KILL_DELAY: Duration = Duration::from_secs(2);
+
+const FORWARDED: [(i32, Signal); 3] = [
+    (signal_hook::consts::SIGTERM, Signal::TERM),
+    (signal_hook::consts::SIGINT, Signal::INT),
+    (signal_hook::consts::SIGHUP, Signal::HUP),
+];
+
+/// SIGTERM, SIGINT and SIGHUP caught (not fatal) and reported through a pipe.
+pub(crate) struct Signals {
+    rx: UnixStream,
+    flags: Vec<(Signal, Arc<AtomicBool>)>,
+}
+
+impl Signals {
+    pub(crate) fn install() -> Result<Self, CliError> {
+        let (rx, tx) = UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        let mut flags = Vec::new();
+        for (raw, sig) in FORWARDED {
+            let flag = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(raw, Arc::clone(&flag))?;
+            signal_hook::low_level::pipe::register(raw, tx.try_clone()?)?;
+            flags.push((sig, flag));
+        }
+        Ok(Signals { rx, flags })
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.rx.as_fd()
+    }
+
+    /// The signals received since the last call.
+    pub(crate) fn take(&self) -> Vec<Signal> {
+        let mut buf = [0u8; 64];
+        while matches!(std::io::Read::read(&mut &self.rx, &mut buf), Ok(n) if n > 0) {}
+        self.flags
+            .iter()
+            .filter(|(_, f)| f.swap(false, Ordering::AcqRel))
+            .map(|(s, _)| *s)
+            .collect()
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes; which ones are.
+fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Vec<bool> {
+    let mut pfds: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
+        .collect();
+    let ts = timeout.map(|t| Timespec {
+        tv_sec: i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(t.subsec_nanos()),
+    });
+    match poll(&mut pfds, ts.as_ref()) {
+        Ok(_) => pfds.iter().map(|p| !p.revents().is_empty()).collect(),
+        Err(_) => vec![false; fds.len()],
+    }
+}
+
+fn pid_of(raw: u32) -> Option<Pid> {
+    i32::try_from(raw).ok().and_then(Pid::from_raw)
+}
+
+/// Exit code of a finished child: its code, or 128 + the signal that killed it.
+pub(crate) fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => (c & 0xff) as u8,
+        (None, Some(sig)) => (128 + sig).min(255) as u8,
+        _ => 1,
+    }
+}
+
+/// The wrapper: runs this very command line again as the keeper and mirrors it.
+pub(crate) fn wrap() -> Result<u8, CliError> {
+    let signals = Signals::install()?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::usage(format!("cannot find the cxc executable: {e}")))?;
+    let mut keeper = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(KEEPER_ENV, std::process::id().to_string())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| CliError::usage(format!("cannot start the keeper process: {e}")))?;
+    let kpid = pid_of(keeper.id());
+    let pidfd = kpid
+        .map(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()))
+        .transpose()?;
+    loop {
+        if let Some(fd) = &pidfd {
+            let ready = wait_any(&[fd.as_fd(), signals.fd()], None);
+            if ready[1] {
+                for sig in signals.take() {
+                    if let Some(p) = kpid {
+                        let _ = rustix::process::kill_process(p, sig);
+                    }
+                }
+            }
+            if !ready[0] {
+                continue;
+            }
+        }
+        let status = keeper.wait()?;
+        return Ok(exit_code(status));
+    }
+}
+
+/// The wrapper as the keeper sees it.
+pub(crate) struct Parent {
+    pidfd: OwnedFd,
+}
+
+impl Parent {
+    /// `Some` when this process is a keeper (see [`KEEPER_ENV`]).
+    pub(crate) fn from_env() -> Result<Option<Parent>, CliError> {
+        let Some(raw) = std::env::var_os(KEEPER_ENV) else {
+            return Ok(None);
+        };
+        let pid = raw
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+            .and_then(pid_of)
+            .ok_or_else(|| CliError::usage(format!("{KEEPER_ENV}: not a pid")))?;
+        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())
+            .map_err(|e| CliError::usage(format!("the wrapper is gone: {e}")))?;
+        // The pidfd names the wrapper only if it is still our parent.
+        if rustix::process::getppid() != Some(pid) {
+            return Err(CliError::usage("the wrapper is gone"));
+        }
+        // Orphans of the command become our children, so we can see them end.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        Ok(Some(Parent { pidfd }))
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        wait_any(&[self.pidfd.as_fd()], Some(Duration::ZERO))[0]
+    }
+}
+
+/// A started command: its process (the leader of its own group) and a pidfd on it.
+pub(crate) struct Running {
+    child: Child,
+    pidfd: OwnedFd,
+    /// The command's process group (its pid).
+    pub(crate) pgid: u32,
+}
+
+/// Starts `cmd` in a new process group, with `env` added.
+pub(crate) fn spawn(cmd: &[OsString], env: &[(&str, OsString)]) -> Result<Running, CliError> {
+    let Some((program, rest)) = cmd.split_first() else {
+        return Err(CliError::usage("no command given"));
+    };
+    let spawned = Command::new(program)
+        .args(rest)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove(KEEPER_ENV)
+        .process_group(0)
+        .spawn();
+    let child = spawned.map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            EXIT_NOT_FOUND
+        } else {
+            EXIT_CANNOT_EXEC
+        };
+        CliError {
+            code,
+            msg: format!("cannot run {}: {e}", program.to_string_lossy()),
+        }
+    })?;
+    let pgid = child.id();
+    let pidfd = pid_of(pgid)
+        .ok_or_else(|| CliError::usage("the command has no pid"))
+        .and_then(|p| Ok(rustix::process::pidfd_open(p, PidfdFlags::empty())?))?;
+    Ok(Running { child, pidfd, pgid })
+}
+
+/// How the command's run ended.
+pub(crate) enum Ended {
+    /// The command exited with this code (its group is gone).
+    Exited(u8),
+    /// The claim was lost; the group was terminated.
+    Lost,
+    /// The wrapper died; the group was terminated.
+    WrapperDied,
+}
+
+/// Waits for the command (and the rest of its group), forwarding signals, beating every
+/// `period` (`beat` false: the claim is lost), terminating the group if the wrapper dies.
+pub(crate) fn supervise(
+    mut run: Running,
+    parent: &Parent,
+    signals: &Signals,
+    period: Duration,
+    beat: &mut dyn FnMut() -> bool,
+) -> Ended {
+    let mut code = None;
+    loop {
+        let fds = [run.pidfd.as_fd(), parent.pidfd.as_fd(), signals.fd()];
+        // Once the leader exited, its pidfd stays readable: poll only the others, and
+        // look for the rest of the group now and then.
+        let (fds, timeout) = match code {
+            None => (&fds[..], period),
+            Some(_) => (&fds[1..], period.min(Duration::from_millis(5))),
+        };
+        let ready = wait_any(fds, Some(timeout));
+        let off = usize::from(code.is_some());
+        if code.is_none() && ready[0] {
+            code = Some(run.child.wait().map_or(1, exit_code));
+        }
+        if ready[2 - off] {
+            for sig in signals.take() {
+                if let Some(p) = pid_of(run.pgid) {
+                    let _ = rustix::process::kill_process_group(p, sig);
+                }
+            }
+        }
+        if ready[1 - off] {
+            terminate_group(run.pgid);
+            let _ = run.child.wait();
+            return Ended::WrapperDied;
+        }
+        if !beat() {
+            terminate_group(run.pgid);
+            let _ = run.child.wait();
+            return Ended::Lost;
+        }
+        if let Some(c) = code
+            && !group_alive(run.pgid)
+        {
+            return Ended::Exited(c);
+        }
+    }
+}
+
+/// Reaps every exited child (the keeper is a subreaper: orphans of the command).
+fn reap_zombies() {
+    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
+}
+
+/// Whether process group `pgid` has a live (not zombie) member.
+pub(crate) fn group_alive(pgid: u32) -> bool {
+    let Some(p) = pid_of(pgid) else { return false };
+    reap_zombies();
+    match rustix::process::test_kill_process_group(p) {
+        Err(Errno::SRCH) => false,
+        _ => proc_group_has_live_member(pgid).unwrap_or(true),
+    }
+}
+
+/// Scans /proc for a member of `pgid` that is not a zombie (`None`: /proc unreadable).
+fn proc_group_has_live_member(pgid: u32) -> Option<bool> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name: state, ppid, pgrp, ...
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let pgrp = fields.nth(1).and_then(|s| s.parse::<u32>().ok());
+        if pgrp == Some(pgid) && state != "Z" && state != "X" {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// SIGTERM to the group, SIGKILL after [`KILL_DELAY`]; returns once no live member is
+/// left.
+pub(crate) fn terminate_group(pgid: u32) {
+    let Some(p) = pid_of(pgid) else { return };
+    let _ = rustix::process::kill_process_group(p, Signal::TERM);
+    let _ = rustix::process::kill_process_group(p, Signal::CONT);
+    let deadline = Instant::now() + KILL_DELAY;
+    let mut killed = false;
+    while group_alive(pgid) {
+        if !killed && Instant::now() >= deadline {
+            let _ = rustix::process::kill_process_group(p, Signal::KILL);
+            killed = true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The flock(1)-style options shared by `lease run` and `sem run`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Waiting {
+    /// Fail at once if the claim is taken (exit 1, or the code of -E), as flock -n.
+    #[arg(short = 'n', long = "nonblock", visible_alias = "nb")]
+    pub(crate) nonblock: bool,
+    /// Give up after this long (exit 1, or the code of -E): plain seconds as flock -w
+    /// (`-w 2.5`) or with a unit (`500ms`, `2m`). Default: wait forever.
+    #[arg(short = 'w', long = "wait", visible_alias = "timeout", value_parser = crate::duration::parse)]
+    pub(crate) wait: Option<Duration>,
+    /// Exit code when -n finds the claim taken or -w runs out (default 1), as flock -E.
+    #[arg(short = 'E', long = "conflict-exit-code", default_value_t = crate::EXIT_TIMEOUT)]
+    pub(crate) conflict_exit_code: u8,
+    /// Run this command line with `sh -c`, as flock -c.
+    #[arg(short = 'c', long = "command", conflicts_with = "cmd")]
+    pub(crate) command: Option<OsString>,
+    /// The command and its arguments.
+    #[arg(
+        required_unless_present = "command",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub(crate) cmd: Vec<OsString>,
+}
+
+impl Waiting {
+    /// The command line to run.
+    pub(crate) fn argv(&self) -> Vec<OsString> {
+        match &self.command {
+            Some(c) => vec!["sh".into(), "-c".into(), c.clone()],
+            None => self.cmd.clone(),
+        }
+    }
+
+    /// Takes the claim with `attempt(timeout)` (`Duration::ZERO`: try once), in slices so
+    /// the wrapper's death and signals are seen while waiting.
+    pub(crate) fn acquire<T>(
+        &self,
+        what: &str,
+        parent: &Parent,
+        signals: &Signals,
+        mut attempt: impl FnMut(Duration) -> Option<T>,
+    ) -> Result<T, CliError> {
+        let conflict = |msg: String| CliError {
+            code: self.conflict_exit_code,
+            msg,
+        };
+        if self.nonblock {
+            return attempt(Duration::ZERO).ok_or_else(|| conflict(format!("{what} is taken")));
+        }
+        let deadline = self.wait.and_then(|w| Instant::now().checked_add(w));
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
+            if let Some(t) = attempt(slice) {
+                return Ok(t);
+            }
+            if let Some(sig) = signals.take().first() {
+                return Err(CliError {
+                    code: (128 + sig.as_raw()).clamp(0, 255) as u8,
+                    msg: format!("interrupted while waiting for {what}"),
+                });
+            }
+            if parent.is_gone() {
+                return Err(CliError::usage("the wrapper is gone"));
+            }
+            if left == Some(Duration::ZERO) || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(conflict(format!(
+                    "timed out after {:?} waiting for {what}",
+                    self.wait.unwrap_or_default()
+                )));
+            }
+        }
+    }
+}
+
+/// How often a waiting keeper looks at the wrapper and its signals.
+const WAIT_SLICE: Duration = Duration::from_millis(100);

@@ -1,0 +1,629 @@
+//! End-to-end tests of `cxc lease run` / `cxc sem run` on the built binary: one job at a
+//! time whatever happens to the wrapper, handover speed, flock(1)-style options and exit
+//! codes, permits never leaking.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+
+fn cxc(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cxc"));
+    c.args(args).stdin(Stdio::null());
+    c
+}
+
+/// A running `cxc` wrapper, killed with SIGKILL if the test ends first (its keeper then
+/// terminates the command's group).
+struct Job(Child);
+
+impl Job {
+    fn start(args: &[&str]) -> Job {
+        Job(cxc(args).spawn().expect("spawn cxc"))
+    }
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.0.id() as i32).unwrap()
+    }
+    fn signal(&self, sig: Signal) {
+        rustix::process::kill_process(self.pid(), sig).unwrap();
+    }
+    /// Exit code, within `t`.
+    fn wait(&mut self, t: Duration) -> Option<i32> {
+        let end = Instant::now() + t;
+        while Instant::now() < end {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                use std::os::unix::process::ExitStatusExt;
+                return Some(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+    /// The keeper process the wrapper started.
+    fn keeper(&self) -> Pid {
+        let pid = self.0.id();
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            if let Some(k) = kids.split_whitespace().next() {
+                return Pid::from_raw(k.parse().unwrap()).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("wrapper {pid} started no keeper");
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A job that logs `start ID NS` and `end ID NS` (also when terminated by SIGTERM).
+fn script(log: &Path, id: usize, body: &str) -> String {
+    let l = p(log);
+    format!(
+        "trap 'echo end {id} $(date +%s%N) >> {l}; exit 0' TERM; \
+         echo start {id} $(date +%s%N) >> {l}; {body}; echo end {id} $(date +%s%N) >> {l}"
+    )
+}
+
+/// (kind, id, ns) lines of the log.
+fn read_log(log: &Path) -> Vec<(String, usize, u128)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.to_string(),
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn logged(log: &Path, kind: &str, id: usize, t: Duration) -> Option<u128> {
+    let end = Instant::now() + t;
+    loop {
+        if let Some(e) = read_log(log).iter().find(|e| e.0 == kind && e.1 == id) {
+            return Some(e.2);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Every job started and ended, and none started before the previous one ended. Returns
+/// the gaps (ns) between one job's end and the next one's start.
+fn assert_no_overlap(log: &Path, jobs: usize) -> Vec<u128> {
+    let entries = read_log(log);
+    let mut spans: Vec<(u128, u128, usize)> = (0..jobs)
+        .map(|id| {
+            let s = entries.iter().find(|e| e.0 == "start" && e.1 == id);
+            let e = entries.iter().find(|e| e.0 == "end" && e.1 == id);
+            match (s, e) {
+                (Some(s), Some(e)) => (s.2, e.2, id),
+                _ => panic!("job {id} has no start or end: {entries:?}"),
+            }
+        })
+        .collect();
+    spans.sort();
+    spans
+        .windows(2)
+        .map(|w| {
+            assert!(
+                w[1].0 > w[0].1,
+                "job {} started {} us before job {} ended",
+                w[1].2,
+                (w[0].1 - w[1].0) / 1000,
+                w[0].2
+            );
+            w[1].0 - w[0].1
+        })
+        .collect()
+}
+
+fn args<'a>(prefix: &[&'a str], s: &'a str) -> Vec<&'a str> {
+    let mut v = prefix.to_vec();
+    v.extend(["--", "sh", "-c", s]);
+    v
+}
+
+/// Holder after holder is sent `sig` while the next job waits; the jobs never overlap.
+fn kill_rounds(prefix: &[&str], log: &Path, sig: Signal, rounds: usize) {
+    let s0 = script(log, 0, "sleep 30 & wait");
+    let mut holder = Job::start(&args(prefix, &s0));
+    assert!(logged(log, "start", 0, Duration::from_secs(10)).is_some());
+    for i in 1..=rounds {
+        let si = script(log, i, "sleep 30 & wait");
+        let next = Job::start(&args(prefix, &si));
+        std::thread::sleep(Duration::from_millis(20));
+        holder.signal(sig);
+        assert!(
+            holder.wait(Duration::from_secs(10)).is_some(),
+            "round {i}: wrapper did not exit"
+        );
+        assert!(
+            logged(log, "start", i, Duration::from_secs(10)).is_some(),
+            "round {i}: next job never started"
+        );
+        holder = next;
+    }
+    holder.signal(Signal::TERM);
+    assert!(holder.wait(Duration::from_secs(10)).is_some());
+    let gaps = assert_no_overlap(log, rounds + 1);
+    assert_eq!(gaps.len(), rounds);
+}
+
+#[test]
+fn lease_run_kill_9_of_the_wrapper_never_overlaps() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    kill_rounds(&["lease", "run", p(&l)], &log, Signal::KILL, 50);
+}
+
+#[test]
+fn lease_run_kill_term_of_the_wrapper_never_overlaps() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    kill_rounds(&["lease", "run", p(&l)], &log, Signal::TERM, 50);
+}
+
+#[test]
+fn sem_run_kill_9_and_term_of_the_wrapper_never_overlap() {
+    let d = tempfile::tempdir().unwrap();
+    let (s, log) = (d.path().join("s"), d.path().join("log"));
+    kill_rounds(
+        &["sem", "run", p(&s), "--permits", "1"],
+        &log,
+        Signal::KILL,
+        25,
+    );
+    let log2 = d.path().join("log2");
+    kill_rounds(
+        &["sem", "run", p(&s), "--permits", "1"],
+        &log2,
+        Signal::TERM,
+        25,
+    );
+}
+
+#[test]
+fn stopped_wrapper_keeps_its_claim_while_its_command_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let rounds = 5;
+    let mut jobs = Vec::new();
+    for i in 0..=rounds {
+        let s = script(&log, i, "sleep 1");
+        let job = Job::start(&args(&["lease", "run", p(&l)], &s));
+        if i == 0 {
+            assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+        }
+        jobs.push(job);
+    }
+    for (i, job) in jobs.iter_mut().enumerate() {
+        assert!(logged(&log, "start", i, Duration::from_secs(20)).is_some());
+        job.signal(Signal::STOP);
+        assert!(logged(&log, "end", i, Duration::from_secs(20)).is_some());
+        job.signal(Signal::CONT);
+        assert_eq!(job.wait(Duration::from_secs(10)), Some(0));
+    }
+    assert_no_overlap(&log, rounds + 1);
+}
+
+#[test]
+fn kill_after_takes_over_from_a_stopped_keeper_once_its_group_is_gone() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let prefix = ["lease", "run", p(&l), "--kill-after", "1s"];
+    let s0 = script(&log, 0, "sleep 30 & wait");
+    let mut holder = Job::start(&args(&prefix, &s0));
+    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+    for i in 1..=3 {
+        let si = script(&log, i, "sleep 30 & wait");
+        let next = Job::start(&args(&prefix, &si));
+        std::thread::sleep(Duration::from_millis(200));
+        let keeper = holder.keeper();
+        rustix::process::kill_process(keeper, Signal::STOP).unwrap();
+        let stopped = Instant::now();
+        assert!(
+            logged(&log, "start", i, Duration::from_secs(15)).is_some(),
+            "round {i}: no takeover"
+        );
+        assert!(
+            stopped.elapsed() >= Duration::from_millis(900),
+            "took over early"
+        );
+        // The stopped keeper's command was terminated before the next job started.
+        assert!(logged(&log, "end", i - 1, Duration::ZERO).is_some());
+        rustix::process::kill_process(keeper, Signal::CONT).unwrap();
+        assert_eq!(
+            holder.wait(Duration::from_secs(10)),
+            Some(75),
+            "a holder that lost its lease exits 75"
+        );
+        holder = next;
+    }
+    holder.signal(Signal::TERM);
+    assert!(holder.wait(Duration::from_secs(10)).is_some());
+    assert_no_overlap(&log, 4);
+}
+
+fn median_ms(mut gaps: Vec<u128>) -> f64 {
+    gaps.sort();
+    gaps[gaps.len() / 2] as f64 / 1e6
+}
+
+/// 50 queued jobs; the median gap between one's end and the next one's start.
+fn handover_gaps(prefix: &[&str], log: &Path) -> Vec<u128> {
+    let n = 50;
+    let s0 = script(log, 0, "sleep 1.5");
+    let mut jobs = vec![Job::start(&args(prefix, &s0))];
+    assert!(logged(log, "start", 0, Duration::from_secs(10)).is_some());
+    for i in 1..=n {
+        let s = script(log, i, "true");
+        jobs.push(Job::start(&args(prefix, &s)));
+    }
+    for j in &mut jobs {
+        assert_eq!(j.wait(Duration::from_secs(60)), Some(0));
+    }
+    let mut gaps = assert_no_overlap(log, n + 1);
+    gaps.remove(0);
+    gaps
+}
+
+#[test]
+#[ignore = "timing-sensitive: run alone on a machine not loaded by other work \
+            (cargo test -p cxc-cli --test run_e2e -- --ignored handover --nocapture)"]
+fn handover_median_is_within_5ms() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let gaps = handover_gaps(&["lease", "run", p(&l)], &log);
+    let median = median_ms(gaps);
+    println!("lease run handover over 50 jobs: median {median:.2} ms");
+    let (s, slog) = (d.path().join("s"), d.path().join("slog"));
+    let sem_median = median_ms(handover_gaps(&["sem", "run", p(&s), "-j", "1"], &slog));
+    println!("sem run handover over 50 jobs: median {sem_median:.2} ms");
+    let mut flock_median: Option<f64> = None;
+    if Command::new("flock").arg("-V").output().is_ok() {
+        let (f, flog) = (d.path().join("f"), d.path().join("flog"));
+        let mut fl = Vec::new();
+        let s0 = script(&flog, 0, "sleep 1.5");
+        fl.push(
+            Command::new("flock")
+                .args([p(&f), "sh", "-c", &s0])
+                .spawn()
+                .unwrap(),
+        );
+        assert!(logged(&flog, "start", 0, Duration::from_secs(10)).is_some());
+        for i in 1..=50 {
+            let s = script(&flog, i, "true");
+            fl.push(
+                Command::new("flock")
+                    .args([p(&f), "sh", "-c", &s])
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        for mut c in fl {
+            c.wait().unwrap();
+        }
+        let mut g = assert_no_overlap(&flog, 51);
+        g.remove(0);
+        let m = median_ms(g);
+        println!("flock(1) handover over 50 jobs: median {m:.2} ms");
+        flock_median = Some(m);
+    } else {
+        println!("flock(1) not installed: no comparison");
+    }
+    // On a machine loaded by other work even flock(1) can exceed 5 ms: the bound is 5 ms,
+    // or flock's own median measured in this run when that is higher.
+    let bound = flock_median.map_or(5.0, |f| f.max(5.0));
+    assert!(
+        median <= bound,
+        "lease run handover median {median:.2} ms > {bound:.2}"
+    );
+    assert!(
+        sem_median <= bound,
+        "sem run handover median {sem_median:.2} ms > {bound:.2}"
+    );
+}
+
+#[test]
+fn two_hundred_killed_sem_holders_give_every_permit_back() {
+    let d = tempfile::tempdir().unwrap();
+    let s = d.path().join("s");
+    let n = 200u32;
+    let tag = format!("{}", d.path().display());
+    let body = format!("exec sleep 600 # {tag}");
+    let mut jobs = Vec::new();
+    for _ in 0..n {
+        jobs.push(Job::start(&[
+            "sem",
+            "run",
+            p(&s),
+            "--permits",
+            "200",
+            "--",
+            "sh",
+            "-c",
+            &body,
+        ]));
+    }
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let sem = cxc::SharedSemaphore::open(&s);
+        if let Ok(sem) = sem
+            && sem.available() == 0
+        {
+            break;
+        }
+        assert!(Instant::now() < end, "the 200 runs never all held a permit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // kill -9 every keeper (the permit holders) and every wrapper: nobody releases.
+    let keepers: Vec<Pid> = jobs.iter().map(Job::keeper).collect();
+    for k in &keepers {
+        let _ = rustix::process::kill_process(*k, Signal::KILL);
+    }
+    for j in &jobs {
+        j.signal(Signal::KILL);
+    }
+    drop(jobs);
+    let sem = cxc::SharedSemaphore::open(&s).unwrap();
+    let permits: Vec<_> = (0..n)
+        .map(|i| {
+            sem.acquire_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|| panic!("permit {i} of {n} never came back"))
+        })
+        .collect();
+    assert_eq!(permits.len(), n as usize);
+    assert_eq!(sem.available(), 0);
+    let json = cxc_cli::inspect_file_json(&s).unwrap();
+    assert!(json.contains("\"table_full\":0"), "{json}");
+    // The orphaned commands (their keepers died with SIGKILL) are ours to clean up.
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(&tag)
+            && let Some(pid) = e.file_name().to_str().and_then(|s| s.parse().ok())
+        {
+            let _ = rustix::process::kill_process(Pid::from_raw(pid).unwrap(), Signal::KILL);
+        }
+    }
+}
+
+fn code(o: &std::process::Output) -> Option<i32> {
+    o.status.code()
+}
+
+fn holder(l: &Path, marker: &Path) -> Job {
+    let s = format!("touch {}; exec sleep 30", p(marker));
+    let j = Job::start(&["lease", "run", p(l), "--", "sh", "-c", &s]);
+    let end = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(Instant::now() < end, "holder never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    j
+}
+
+#[test]
+fn flock_options_and_every_documented_exit_code() {
+    let d = tempfile::tempdir().unwrap();
+    let l = d.path().join("l");
+    let _h = holder(&l, &d.path().join("m"));
+    let run = |a: &[&str]| cxc(a).output().unwrap();
+    // -n: conflict exits 1 at once; -E changes it.
+    let t = Instant::now();
+    assert_eq!(
+        code(&run(&["lease", "run", "-n", p(&l), "--", "true"])),
+        Some(1)
+    );
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        code(&run(&[
+            "lease",
+            "run",
+            "--nonblock",
+            "-E",
+            "42",
+            p(&l),
+            "--",
+            "true"
+        ])),
+        Some(42)
+    );
+    // -w: plain seconds as flock, and units.
+    for w in ["0.3", "300ms"] {
+        let t = Instant::now();
+        let o = run(&["lease", "run", "-w", w, p(&l), "--", "true"]);
+        assert_eq!(code(&o), Some(1), "{o:?}");
+        assert!(
+            t.elapsed() >= Duration::from_millis(290),
+            "-w {w} gave up early"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "-w {w} waited too long"
+        );
+    }
+    assert_eq!(
+        code(&run(&[
+            "lease",
+            "run",
+            "-w",
+            "0.1",
+            "-E",
+            "9",
+            p(&l),
+            "--",
+            "true"
+        ])),
+        Some(9)
+    );
+    // The command's own code, 127 not found, 126 not executable, 2 bad file.
+    let free = d.path().join("free");
+    assert_eq!(
+        code(&run(&[
+            "lease",
+            "run",
+            p(&free),
+            "--",
+            "sh",
+            "-c",
+            "exit 7"
+        ])),
+        Some(7)
+    );
+    assert_eq!(
+        code(&run(&["lease", "run", p(&free), "-c", "exit 6"])),
+        Some(6)
+    );
+    assert_eq!(
+        code(&run(&["lease", "run", p(&free), "--", "/nonexistent/cmd"])),
+        Some(127)
+    );
+    let noexec = d.path().join("noexec");
+    std::fs::write(&noexec, "#!/bin/sh\n").unwrap();
+    assert_eq!(
+        code(&run(&["lease", "run", p(&free), "--", p(&noexec)])),
+        Some(126)
+    );
+    let o = run(&["lease", "run", p(&noexec), "--", "true"]);
+    assert_eq!(code(&o), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("not a cxc file: {}", p(&noexec))),
+        "{err}"
+    );
+    // A signal ends the command: 128 + signal.
+    assert_eq!(
+        code(&run(&[
+            "lease",
+            "run",
+            p(&free),
+            "--",
+            "sh",
+            "-c",
+            "kill -9 $$"
+        ])),
+        Some(137)
+    );
+    let s = d.path().join("s");
+    assert_eq!(
+        code(&run(&[
+            "sem",
+            "run",
+            p(&s),
+            "-j",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "exit 5"
+        ])),
+        Some(5)
+    );
+    // Every code is in --help.
+    for sub in [["lease", "run"], ["sem", "run"]] {
+        let help = String::from_utf8_lossy(&run(&[sub[0], sub[1], "--help"]).stdout).to_string();
+        for c in ["127", "126", "75", "conflict", "timeout"] {
+            assert!(
+                help.contains(c),
+                "`{} {} --help` lacks {c}:\n{help}",
+                sub[0],
+                sub[1]
+            );
+        }
+    }
+}
+
+#[test]
+fn create_lease_makes_the_file_lease_run_makes() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    assert!(cxc(&["create", "lease", p(&a)]).status().unwrap().success());
+    assert!(
+        cxc(&["lease", "run", p(&b), "--", "true"])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (sa, sb) = (
+        cxc::lease::inspect(&a).unwrap(),
+        cxc::lease::inspect(&b).unwrap(),
+    );
+    assert_eq!(sa.preemption, sb.preemption);
+    assert_eq!(sa.preemption, cxc::Preemption::Never);
+    assert_eq!(sa.epoch_mode, sb.epoch_mode);
+    assert!(matches!(sa.epoch_mode, cxc::EpochMode::Clock { .. }));
+    // Five concurrent runs on a `create lease` file: nobody loses the lease.
+    let log = d.path().join("log");
+    let mut jobs: Vec<Job> = (0..5)
+        .map(|i| {
+            Job::start(&args(
+                &["lease", "run", p(&a)],
+                &script(&log, i, "sleep 0.1"),
+            ))
+        })
+        .collect();
+    for j in &mut jobs {
+        assert_eq!(j.wait(Duration::from_secs(30)), Some(0));
+    }
+    assert_no_overlap(&log, 5);
+}
+
+#[test]
+fn errors_name_the_path_and_symlinks_are_followed_for_open() {
+    let d = tempfile::tempdir().unwrap();
+    let missing_dir: PathBuf = d.path().join("nodir").join("l");
+    let o = cxc(&["create", "lease", p(&missing_dir)]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err.contains(p(&missing_dir)) && err.contains("no such directory"),
+        "{err}"
+    );
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "cxc: {}: cannot create: no such directory {}",
+            p(&missing_dir),
+            p(&d.path().join("nodir"))
+        ),
+        "no internal temporary name"
+    );
+    let l = d.path().join("l");
+    let link = d.path().join("link");
+    assert!(cxc(&["create", "lease", p(&l)]).status().unwrap().success());
+    std::os::unix::fs::symlink(&l, &link).unwrap();
+    let o = cxc(&["lease", "run", p(&link), "--", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cxc(&[
+        "sem",
+        "run",
+        p(&d.path().join("nodir").join("s")),
+        "-j",
+        "1",
+        "--",
+        "true",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
