@@ -7,6 +7,7 @@
 #   libprotobuf-dev    the well-known .proto includes (google/protobuf/descriptor.proto,
 #                      struct.proto) that etcd's protos import; protobuf-compiler alone
 #                      does not ship them on Debian 12
+#   python3-venv       `python3 -m venv` for the Python bindings' tests (scripts/test.sh)
 # Idempotent: installs only what is missing, runs `apt-get update` only when it must.
 # Usage: scripts/install-deps.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -16,6 +17,7 @@ command -v etcd >/dev/null 2>&1 || [[ -x /usr/bin/etcd ]] || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || [[ -x /usr/bin/etcdctl ]] || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/descriptor.proto ]] || need+=(libprotobuf-dev)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 
 if ((${#need[@]} == 0)); then
     echo "install-deps: etcd, etcdctl, protoc and the protobuf includes already present" >&2

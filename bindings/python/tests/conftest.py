@@ -1,0 +1,45 @@
+"""Shared fixtures of the cxc Python tests."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+CRATE = HERE.parent
+
+
+def _target_dir():
+    env = os.environ.get("CARGO_TARGET_DIR")
+    return pathlib.Path(env) if env else CRATE.parent.parent / "target" / "python"
+
+
+@pytest.fixture(scope="session")
+def lease_hold():
+    """The Rust example binary `lease_hold` (built on demand)."""
+    exe = os.environ.get("CXC_LEASE_HOLD")
+    if exe:
+        return exe
+    target = _target_dir()
+    exe = target / "release" / "examples" / "lease_hold"
+    if not exe.exists():
+        subprocess.run(
+            ["cargo", "build", "--release", "--example", "lease_hold",
+             "--manifest-path", str(CRATE / "Cargo.toml"), "--target-dir", str(target)],
+            check=True,
+            env={**os.environ, "PYO3_PYTHON": sys.executable},
+        )
+    return str(exe)
+
+
+def python_child(code, *args, **kw):
+    """Starts `python -c code args...` with line-buffered pipes."""
+    return subprocess.Popen(
+        [sys.executable, "-u", "-c", code, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
