@@ -8,12 +8,16 @@
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
 //! - [`backend`]: [`FencedLease`] and [`PermitPool`], the blocking traits that the
 //!   mapped-file primitives ([`MmapLease`], [`SharedSemaphore`]) and `cxc-etcd` implement.
+//! - [`election`]: fenced, progress-driven leader election ([`Elector`]) on any backend,
+//!   and [`FencedResource`] storage that refuses stale tokens.
 
 #![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
 
 pub mod backend;
 #[cfg(not(cxc_loom))]
 mod backend_guard;
+#[cfg(not(cxc_loom))]
+pub mod election;
 pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
@@ -27,6 +31,11 @@ pub use backend::MmapLease;
 pub use backend::{FencedLease, PermitPool};
 #[cfg(not(cxc_loom))]
 pub use backend_guard::{FencedGuard, FencedLeaseGuards, PermitPoolGuards, PoolPermit};
+#[cfg(not(cxc_loom))]
+pub use election::{
+    ElectionBackend, ElectionConfig, ElectionError, ElectionEvent, Elector, FencedFile,
+    FencedResource, Leader, Leadership, MmapElection, Renewal,
+};
 pub use epoch::EpochMode;
 pub mod lease;
 
