@@ -85,6 +85,12 @@ fn child_dispatch() {
         match l.renew() {
             Ok(()) => {}
             Err(ElectionError::Lost { .. }) => {
+                // A deposed leader that writes anyway (stopped between its write and its
+                // renewal, it learns of the loss first) is refused.
+                let line = format!("{token} {name} late;");
+                if !res.append(token, line.as_bytes()).expect("append") {
+                    event(&name, "refused", token);
+                }
                 event(&name, "lost", token);
                 std::process::exit(0);
             }

@@ -59,6 +59,12 @@ fn candidate() {
             match l.renew() {
                 Ok(()) => {}
                 Err(ElectionError::Lost { .. }) => {
+                    // A deposed leader that writes anyway (stopped between its write
+                    // and its renewal, it learns of the loss first) is refused.
+                    let line = format!("{token} {id} late\n");
+                    if !res.append(token, line.as_bytes()).expect("append") {
+                        report(format!("event=refused token={token} t={}", mono_ns()));
+                    }
                     report(format!("event=lost token={token} t={}", mono_ns()));
                     break;
                 }
@@ -142,11 +148,15 @@ fn holds_flock(pid: u32) -> bool {
     })
 }
 
+/// The next report of `event`, skipping reports of other events.
 fn expect(p: &mut Proc, event: &str, timeout: Duration) -> (u64, u64) {
-    let r = p.next_report(timeout);
-    let f = fields(&r);
-    assert_eq!(f.get("event").copied(), Some(event), "report {r:?}");
-    (f["token"].parse().unwrap(), f["t"].parse().unwrap())
+    loop {
+        let r = p.next_report(timeout);
+        let f = fields(&r);
+        if f.get("event").copied() == Some(event) {
+            return (f["token"].parse().unwrap(), f["t"].parse().unwrap());
+        }
+    }
 }
 
 fn wait_leader_wrote(run: &Run, token: u64) {
