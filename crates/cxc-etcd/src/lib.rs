@@ -12,6 +12,9 @@
 //!   holder's session, so a dead holder's permits come back when its session expires.
 //!   Each [`EtcdPermit`] carries a fencing token, and a loss check tells a holder that
 //!   its permit is lost; [`EtcdPermitGuard`] is the RAII form (gives back on drop).
+//! - [`EtcdElection`]: leader election ([`ElectionBackend`]) with etcd's own recipe
+//!   (`concurrency.Election`, `etcdctl elect`), and [`EtcdFencedKey`], a
+//!   [`FencedResource`] that refuses writes with older tokens.
 //! - [`EtcdError`]: what can go wrong (contention is not an error).
 //!
 //! The traits live in [`cxc_sync::backend`]; code written against them runs on
@@ -21,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod election;
 mod error;
 mod lease;
 mod permit;
@@ -29,7 +33,9 @@ mod session;
 mod wait;
 
 pub use conn::{Etcd, EtcdOptions, KeepAlive};
+pub use cxc_sync::election::{ElectionBackend, FencedResource};
 pub use cxc_sync::{FencedLease, PermitPool};
+pub use election::{EtcdElection, EtcdFencedKey, EtcdTerm};
 pub use error::EtcdError;
 pub use lease::{EtcdClaim, EtcdLease};
 pub use permit::EtcdPermitGuard;

@@ -8,6 +8,8 @@
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
 //! - [`backend`]: [`FencedLease`] and [`PermitPool`], the blocking traits that the
 //!   mapped-file primitives ([`MmapLease`], [`SharedSemaphore`]) and `cxc-etcd` implement.
+//! - [`election`]: fenced, progress-driven leader election ([`Elector`]) on any backend,
+//!   and [`FencedResource`] storage that refuses stale tokens.
 
 #![cfg_attr(cxc_loom, allow(dead_code, unused_imports))]
 
@@ -21,6 +23,8 @@ pub use asyncs::{
 pub mod backend;
 #[cfg(not(cxc_loom))]
 mod backend_guard;
+#[cfg(not(cxc_loom))]
+pub mod election;
 pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
@@ -34,6 +38,11 @@ pub use backend::MmapLease;
 pub use backend::{FencedLease, PermitPool};
 #[cfg(not(cxc_loom))]
 pub use backend_guard::{FencedGuard, FencedLeaseGuards, PermitPoolGuards, PoolPermit};
+#[cfg(not(cxc_loom))]
+pub use election::{
+    ElectionBackend, ElectionConfig, ElectionError, ElectionEvent, Elector, FencedFile,
+    FencedResource, Leader, Leadership, MmapElection, Renewal,
+};
 pub use epoch::EpochMode;
 pub mod lease;
 

@@ -93,6 +93,11 @@ pub use cxc_sidecar::{
     AdaptiveInstance, AdaptiveSpin, HandshakeHeader, Observation, ObservationRing, OpCode, Policy,
     Sidecar, SidecarBox, Strategy,
 };
+pub use cxc_sync::election;
+pub use cxc_sync::{
+    ElectionBackend, ElectionConfig, ElectionError, ElectionEvent, Elector, FencedFile,
+    FencedResource, Leader, Leadership, MmapElection, Renewal,
+};
 pub use cxc_sync::{
     HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats,
     SharedSemaphore,

@@ -1,0 +1,620 @@
+//! Leader election on any backend, fenced and progress-driven (issue #16).
+//!
+//! An [`Elector`] campaigns for leadership through an [`ElectionBackend`] — the mapped
+//! lease file ([`MmapElection`]) or etcd (`cxc_etcd::EtcdElection`, etcd's own election
+//! recipe). [`Elector::campaign`] returns a [`Leadership`]: its [`token`](Leadership::token)
+//! is the fencing token of the term (strictly greater for every later leader), to be
+//! handed to a [`FencedResource`] with every write.
+//!
+//! **Renewal is progress-driven by default**: the leader's work loop calls
+//! [`Leadership::renew`]. A leader that does not renew within the lease duration loses
+//! leadership even though its process lives (a standby takes over, and the old leader's
+//! next `renew` reports the loss). A background renewer
+//! ([`Renewal::Background`]) keeps a live process leading even when its work is stuck:
+//! use it only when the work cannot get stuck, or is fenced anyway.
+//!
+//! Events (`StartedLeading`, `StoppedLeading`, `NewLeader`) arrive on channels from
+//! [`Elector::events`]. See `docs/leader-election.md`.
+
+mod fenced;
+mod mmap;
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use fenced::{FencedFile, FencedFileError, FencedResource};
+pub use mmap::{IDENTITY_MAX, LeaderRecord, MmapElection, MmapElectionError};
+
+/// The leader as an observer sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Leader {
+    /// The identity the leader campaigned with (empty if it did not say, e.g. while a
+    /// freshly elected leader on the mapped file has not yet written it).
+    pub identity: String,
+    /// The fencing token of its term.
+    pub token: u64,
+}
+
+/// An election: campaign, renew, resign, observe. Implemented by [`MmapElection`] (the
+/// lease file) and by `cxc_etcd::EtcdElection` (etcd's `concurrency.Election` layout).
+///
+/// # Errors
+/// `Err` only when the backend failed; losing a race or a term is `Ok(None)` /
+/// `Ok(false)`.
+pub trait ElectionBackend: Send + Sync + 'static {
+    /// A won term: who leads and with which token.
+    type Term: Copy + Debug + Send + Sync + 'static;
+    /// Why the backend could not answer.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Becomes leader if nobody leads (or the leader failed over), without blocking.
+    fn try_lead(&self, identity: &str) -> Result<Option<Self::Term>, Self::Error>;
+
+    /// Becomes leader, blocking at most `timeout`; `Ok(None)` on timeout.
+    fn lead_timeout(
+        &self,
+        identity: &str,
+        timeout: Duration,
+    ) -> Result<Option<Self::Term>, Self::Error>;
+
+    /// Proves the leader makes progress (heartbeat / keep-alive); `Ok(false)` when the
+    /// term is over.
+    fn renew(&self, term: &Self::Term) -> Result<bool, Self::Error>;
+
+    /// Whether `term` is still the current term.
+    fn is_current(&self, term: &Self::Term) -> Result<bool, Self::Error>;
+
+    /// Ends `term` if it is current (a stale term never ends a newer one).
+    fn resign(&self, term: &Self::Term) -> Result<bool, Self::Error>;
+
+    /// The current leader, `None` when nobody leads.
+    fn leader(&self) -> Result<Option<Leader>, Self::Error>;
+
+    /// Blocks until `term` is known lost (`true`) or `timeout` passes (`false`).
+    fn wait_lost(&self, term: &Self::Term, timeout: Duration) -> Result<bool, Self::Error>;
+
+    /// The term's fencing token.
+    fn token(term: &Self::Term) -> u64;
+}
+
+/// How a leader's term is renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Renewal {
+    /// Only [`Leadership::renew`] renews: a leader whose work loop stops calling it loses
+    /// leadership within the lease duration, even while its process lives.
+    #[default]
+    Progress,
+    /// A thread renews every `renew_period` while the [`Leadership`] lives. **Risk**: a
+    /// leader whose work is stuck (deadlock, endless loop, waiting on a dead peer) keeps
+    /// leading as long as its process lives; only its death or a stop past the lease
+    /// duration ends the term. Fence every write anyway.
+    Background,
+}
+
+/// The settings of an [`Elector`] (client-go's `LeaderElectionConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ElectionConfig {
+    /// Who campaigns (shown to observers; at most [`IDENTITY_MAX`] bytes on the mapped
+    /// file).
+    pub identity: String,
+    /// How long a term lasts without renewal: on the mapped file the heartbeat grace
+    /// (a standby takes over after it), and on every backend the leader's own deadline
+    /// (a `renew` after it reports the loss and resigns). On etcd the server side is the
+    /// session TTL of the connection; set both alike. Default 1 s.
+    pub lease_duration: Duration,
+    /// How often the background renewer renews ([`Renewal::Background`]). Default
+    /// lease duration / 3.
+    pub renew_period: Duration,
+    /// How often a standby looks again (a blocked campaign also wakes on a release or a
+    /// holder's death). Default 50 ms.
+    pub retry_period: Duration,
+    /// Whether dropping a [`Leadership`] resigns at once (client-go's
+    /// `ReleaseOnCancel`); otherwise the term runs out after the lease duration.
+    /// Default true.
+    pub release_on_cancel: bool,
+    /// How the term is renewed. Default [`Renewal::Progress`].
+    pub renewal: Renewal,
+}
+
+impl ElectionConfig {
+    /// The defaults for `identity`.
+    pub fn new(identity: impl Into<String>) -> Self {
+        ElectionConfig {
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(1),
+            renew_period: Duration::from_millis(333),
+            retry_period: Duration::from_millis(50),
+            release_on_cancel: true,
+            renewal: Renewal::Progress,
+        }
+    }
+
+    /// Sets the lease duration (and the renew period to a third of it).
+    pub fn lease_duration(mut self, d: Duration) -> Self {
+        self.lease_duration = d;
+        self.renew_period = d / 3;
+        self
+    }
+
+    /// Sets the background renewer's period.
+    pub fn renew_period(mut self, d: Duration) -> Self {
+        self.renew_period = d;
+        self
+    }
+
+    /// Sets the standby's retry period.
+    pub fn retry_period(mut self, d: Duration) -> Self {
+        self.retry_period = d;
+        self
+    }
+
+    /// Sets whether dropping the leadership resigns.
+    pub fn release_on_cancel(mut self, yes: bool) -> Self {
+        self.release_on_cancel = yes;
+        self
+    }
+
+    /// Sets the renewal mode.
+    pub fn renewal(mut self, renewal: Renewal) -> Self {
+        self.renewal = renewal;
+        self
+    }
+
+    fn validate(&self) -> Result<(), ElectionError> {
+        let bad = |why: &str| Err(ElectionError::InvalidConfig(why.to_owned()));
+        if self.identity.is_empty() {
+            return bad("empty identity");
+        }
+        if self.lease_duration.is_zero() {
+            return bad("zero lease duration");
+        }
+        if self.renewal == Renewal::Background
+            && (self.renew_period.is_zero() || self.renew_period >= self.lease_duration)
+        {
+            return bad("the renew period must be positive and shorter than the lease duration");
+        }
+        if self.retry_period.is_zero() {
+            return bad("zero retry period");
+        }
+        Ok(())
+    }
+}
+
+/// What an [`Elector`] tells its subscribers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElectionEvent {
+    /// This elector became leader with `token`.
+    StartedLeading {
+        /// The term's fencing token.
+        token: u64,
+    },
+    /// This elector's term `token` ended (lost, expired, stepped down or dropped).
+    StoppedLeading {
+        /// The ended term's token.
+        token: u64,
+    },
+    /// A leader was observed that differs from the last one observed (also this elector
+    /// itself when it wins).
+    NewLeader {
+        /// The leader's identity.
+        identity: String,
+        /// Its term's token.
+        token: u64,
+    },
+}
+
+/// Why an election call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ElectionError {
+    /// The term is over: superseded, expired (not renewed within the lease duration),
+    /// or stepped down. Stop the leader's work.
+    #[error("leadership of term {token} lost")]
+    Lost {
+        /// The lost term's token.
+        token: u64,
+    },
+    /// The configuration is unusable.
+    #[error("invalid election config: {0}")]
+    InvalidConfig(String),
+    /// The backend failed (the outcome of the call is unknown).
+    #[error("election backend: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> ElectionError {
+    ElectionError::Backend(Box::new(e))
+}
+
+type Subscribers = Arc<Mutex<Vec<Sender<ElectionEvent>>>>;
+
+fn emit(subs: &Subscribers, ev: &ElectionEvent) {
+    lock(subs).retain(|s| s.send(ev.clone()).is_ok());
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A candidate: campaigns through a backend with a config.
+pub struct Elector<B: ElectionBackend> {
+    backend: Arc<B>,
+    config: Arc<ElectionConfig>,
+    subscribers: Subscribers,
+    last_seen: Mutex<Option<Leader>>,
+}
+
+impl<B: ElectionBackend> Debug for Elector<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: ElectionBackend> Elector<B> {
+    /// A candidate on `backend`.
+    ///
+    /// # Errors
+    /// [`ElectionError::InvalidConfig`] for an empty identity or zero durations.
+    pub fn new(backend: B, config: ElectionConfig) -> Result<Self, ElectionError> {
+        config.validate()?;
+        Ok(Elector {
+            backend: Arc::new(backend),
+            config: Arc::new(config),
+            subscribers: Arc::default(),
+            last_seen: Mutex::new(None),
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The config.
+    pub fn config(&self) -> &ElectionConfig {
+        &self.config
+    }
+
+    /// A new channel of this elector's events (from now on).
+    pub fn events(&self) -> Receiver<ElectionEvent> {
+        let (tx, rx) = channel();
+        lock(&self.subscribers).push(tx);
+        rx
+    }
+
+    /// The current leader, announcing it as [`ElectionEvent::NewLeader`] if it differs
+    /// from the last one observed.
+    ///
+    /// # Errors
+    /// [`ElectionError::Backend`].
+    pub fn observe(&self) -> Result<Option<Leader>, ElectionError> {
+        let leader = self.backend.leader().map_err(backend)?;
+        if let Some(l) = &leader {
+            self.seen(l);
+        }
+        Ok(leader)
+    }
+
+    fn seen(&self, l: &Leader) {
+        let mut last = lock(&self.last_seen);
+        if last.as_ref() != Some(l) && !(l.identity.is_empty() && last.is_some()) {
+            *last = Some(l.clone());
+            drop(last);
+            emit(
+                &self.subscribers,
+                &ElectionEvent::NewLeader {
+                    identity: l.identity.clone(),
+                    token: l.token,
+                },
+            );
+        }
+    }
+
+    /// Campaigns until elected or `timeout` passes (`Ok(None)`). Observed leaders are
+    /// announced as [`ElectionEvent::NewLeader`] meanwhile.
+    ///
+    /// # Errors
+    /// [`ElectionError::Backend`].
+    pub fn campaign(&self, timeout: Duration) -> Result<Option<Leadership<B>>, ElectionError> {
+        let start = Instant::now();
+        let id = &self.config.identity;
+        loop {
+            let left = timeout.saturating_sub(start.elapsed());
+            let slice = left.min(self.config.retry_period);
+            let won = if slice.is_zero() {
+                self.backend.try_lead(id)
+            } else {
+                self.backend.lead_timeout(id, slice)
+            }
+            .map_err(backend)?;
+            if let Some(term) = won {
+                return Ok(Some(self.start(term, start)));
+            }
+            // Observing is best effort while campaigning.
+            let _ = self.observe();
+            if start.elapsed() >= timeout {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn start(&self, term: B::Term, _since: Instant) -> Leadership<B> {
+        let token = B::token(&term);
+        let shared = Arc::new(Shared {
+            last_renew: Mutex::new(Instant::now()),
+            lost: AtomicBool::new(false),
+            stop: (Mutex::new(false), Condvar::new()),
+        });
+        let subs = self.subscribers.clone();
+        emit(&subs, &ElectionEvent::StartedLeading { token });
+        self.seen(&Leader {
+            identity: self.config.identity.clone(),
+            token,
+        });
+        let mut l = Leadership {
+            backend: self.backend.clone(),
+            config: self.config.clone(),
+            term,
+            shared,
+            subscribers: subs,
+            renewer: None,
+        };
+        if self.config.renewal == Renewal::Background {
+            let core = l.core();
+            l.renewer = Some(std::thread::spawn(move || core.background()));
+        }
+        l
+    }
+}
+
+struct Shared {
+    /// When the last successful renewal was *sent* (the term's local deadline is this
+    /// plus the lease duration).
+    last_renew: Mutex<Instant>,
+    lost: AtomicBool,
+    stop: (Mutex<bool>, Condvar),
+}
+
+/// What a renewer needs (shared by the [`Leadership`] and its background thread).
+struct Core<B: ElectionBackend> {
+    backend: Arc<B>,
+    config: Arc<ElectionConfig>,
+    term: B::Term,
+    shared: Arc<Shared>,
+    subscribers: Subscribers,
+}
+
+impl<B: ElectionBackend> Core<B> {
+    fn token(&self) -> u64 {
+        B::token(&self.term)
+    }
+
+    /// Marks the term lost (once), announcing it.
+    fn mark_lost(&self) {
+        if !self.shared.lost.swap(true, Ordering::AcqRel) {
+            emit(
+                &self.subscribers,
+                &ElectionEvent::StoppedLeading {
+                    token: self.token(),
+                },
+            );
+        }
+    }
+
+    /// Past our own deadline: a standby may lead already. Resign (fenced: a newer term
+    /// is never ended) so one can at once, and stop.
+    fn expire(&self) {
+        if !self.shared.lost.load(Ordering::Acquire) {
+            let _ = self.backend.resign(&self.term);
+        }
+        self.mark_lost();
+    }
+
+    fn expired(&self) -> bool {
+        lock(&self.shared.last_renew).elapsed() > self.config.lease_duration
+    }
+
+    fn renew(&self) -> Result<(), ElectionError> {
+        let lost = ElectionError::Lost {
+            token: self.token(),
+        };
+        if self.shared.lost.load(Ordering::Acquire) {
+            return Err(lost);
+        }
+        if self.expired() {
+            self.expire();
+            return Err(lost);
+        }
+        let sent = Instant::now();
+        match self.backend.renew(&self.term) {
+            Ok(true) => {
+                let mut last = lock(&self.shared.last_renew);
+                *last = (*last).max(sent);
+                Ok(())
+            }
+            Ok(false) => {
+                self.mark_lost();
+                Err(lost)
+            }
+            Err(e) => Err(backend(e)),
+        }
+    }
+
+    fn background(&self) {
+        let (m, cv) = &self.shared.stop;
+        let mut stop = lock(m);
+        while !*stop {
+            let (s, _) = cv
+                .wait_timeout(stop, self.config.renew_period)
+                .unwrap_or_else(|e| e.into_inner());
+            stop = s;
+            if *stop {
+                break;
+            }
+            drop(stop);
+            // A backend error is retried at the next period; the deadline ends it.
+            if let Err(ElectionError::Lost { .. }) = self.renew() {
+                return;
+            }
+            stop = lock(m);
+        }
+    }
+}
+
+/// A won term. Call [`renew`](Self::renew) from the work loop at least once per lease
+/// duration; pass [`token`](Self::token) with every write to a [`FencedResource`].
+/// Dropping it resigns if the config says `release_on_cancel`.
+#[must_use = "leadership ends (or runs out) when dropped"]
+pub struct Leadership<B: ElectionBackend> {
+    backend: Arc<B>,
+    config: Arc<ElectionConfig>,
+    term: B::Term,
+    shared: Arc<Shared>,
+    subscribers: Subscribers,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<B: ElectionBackend> Debug for Leadership<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("term", &self.term)
+            .field("lost", &self.shared.lost.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: ElectionBackend> Leadership<B> {
+    fn core(&self) -> Core<B> {
+        Core {
+            backend: self.backend.clone(),
+            config: self.config.clone(),
+            term: self.term,
+            shared: self.shared.clone(),
+            subscribers: self.subscribers.clone(),
+        }
+    }
+
+    /// The fencing token of this term: strictly greater for every later term.
+    pub fn token(&self) -> u64 {
+        B::token(&self.term)
+    }
+
+    /// The backend's term.
+    pub fn term(&self) -> &B::Term {
+        &self.term
+    }
+
+    /// Renews the term (the work loop's proof of progress).
+    ///
+    /// # Errors
+    /// [`ElectionError::Lost`] if the term is over — including when the last renewal
+    /// is older than the lease duration (the leader then resigns); after it every call
+    /// fails the same way. [`ElectionError::Backend`] if the backend failed (retry
+    /// before the deadline).
+    pub fn renew(&self) -> Result<(), ElectionError> {
+        self.core().renew()
+    }
+
+    /// Whether the term is still current: not lost, within its local deadline, and
+    /// current on the backend.
+    ///
+    /// # Errors
+    /// [`ElectionError::Backend`].
+    pub fn is_current(&self) -> Result<bool, ElectionError> {
+        let core = self.core();
+        if self.shared.lost.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        if core.expired() {
+            core.expire();
+            return Ok(false);
+        }
+        if self.backend.is_current(&self.term).map_err(backend)? {
+            Ok(true)
+        } else {
+            core.mark_lost();
+            Ok(false)
+        }
+    }
+
+    /// Whether the term is known lost (no backend request).
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.load(Ordering::Acquire) || self.core().expired()
+    }
+
+    /// Blocks until the term is lost (`true`: superseded, or its local deadline passed
+    /// without renewal) or `timeout` passes (`false`).
+    ///
+    /// # Errors
+    /// [`ElectionError::Backend`].
+    pub fn wait_lost(&self, timeout: Duration) -> Result<bool, ElectionError> {
+        let start = Instant::now();
+        let core = self.core();
+        loop {
+            if self.shared.lost.load(Ordering::Acquire) {
+                return Ok(true);
+            }
+            let deadline_in = self
+                .config
+                .lease_duration
+                .saturating_sub(lock(&self.shared.last_renew).elapsed());
+            if deadline_in.is_zero() && core.expired() {
+                core.expire();
+                return Ok(true);
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let slice = left.min(deadline_in.max(Duration::from_millis(1)));
+            if self.backend.wait_lost(&self.term, slice).map_err(backend)? {
+                core.mark_lost();
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Ends the term now (resigns), so a standby can lead at once.
+    ///
+    /// # Errors
+    /// [`ElectionError::Lost`] if the term was already over; [`ElectionError::Backend`].
+    pub fn step_down(mut self) -> Result<(), ElectionError> {
+        self.stop_renewer();
+        let core = self.core();
+        let was_lost = self.shared.lost.load(Ordering::Acquire);
+        let resigned = self.backend.resign(&self.term);
+        core.mark_lost();
+        match resigned {
+            Err(e) => Err(backend(e)),
+            Ok(true) if !was_lost => Ok(()),
+            Ok(_) => Err(ElectionError::Lost {
+                token: self.token(),
+            }),
+        }
+    }
+
+    fn stop_renewer(&mut self) {
+        if let Some(h) = self.renewer.take() {
+            let (m, cv) = &self.shared.stop;
+            *lock(m) = true;
+            cv.notify_all();
+            let _ = h.join();
+        }
+    }
+}
+
+impl<B: ElectionBackend> Drop for Leadership<B> {
+    fn drop(&mut self) {
+        self.stop_renewer();
+        if self.config.release_on_cancel && !self.shared.lost.load(Ordering::Acquire) {
+            let _ = self.backend.resign(&self.term);
+        }
+        self.core().mark_lost();
+    }
+}
