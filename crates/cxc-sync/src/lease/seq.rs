@@ -122,6 +122,12 @@ impl Patience {
                 return Step::Wait;
             }
             let now = std::time::Instant::now();
+            if self.rounds == Self::SPINS {
+                // Done spinning: ask the OS once now (a dead holder is replaced at once),
+                // then every `JUDGE_EVERY`.
+                self.judged = now;
+                return Step::Judge;
+            }
             if now.duration_since(self.since) >= self.limit {
                 Step::Supersede
             } else if now.duration_since(self.judged) >= Self::JUDGE_EVERY {
