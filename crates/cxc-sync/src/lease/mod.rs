@@ -5,6 +5,8 @@ mod claim;
 mod claiming;
 mod ident;
 #[cfg(all(test, cxc_loom))]
+mod loom_seq;
+#[cfg(all(test, cxc_loom))]
 mod loom_tests;
 mod os;
 mod seq;

@@ -53,6 +53,11 @@ pub(crate) struct SeqClaim {
 pub(crate) struct Patience {
     id: u64,
     rounds: u32,
+    /// Loom models: take any held claim for stalled at once (a loom thread that yields
+    /// lets the holder run to completion, so a patience of rounds never elapses while
+    /// the holder is mid-write; this stands for "the holder stalled at this step").
+    #[cfg(cxc_loom)]
+    eager: bool,
     #[cfg(not(cxc_loom))]
     since: std::time::Instant,
     #[cfg(not(cxc_loom))]
@@ -84,6 +89,8 @@ impl Patience {
         Patience {
             id: u64::MAX,
             rounds: 0,
+            #[cfg(cxc_loom)]
+            eager: false,
             #[cfg(not(cxc_loom))]
             since: std::time::Instant::now(),
             #[cfg(not(cxc_loom))]
@@ -93,9 +100,22 @@ impl Patience {
         }
     }
 
+    /// Loom models: a writer that supersedes any held claim at once.
+    #[cfg(cxc_loom)]
+    pub(crate) fn eager() -> Self {
+        Patience {
+            eager: true,
+            ..Patience::new()
+        }
+    }
+
     fn step(&mut self, cur: Word) -> Step {
         if cur.is_vacant() {
             return Step::Judge;
+        }
+        #[cfg(cxc_loom)]
+        if self.eager {
+            return Step::Supersede;
         }
         if cur.id() != self.id {
             self.id = cur.id();
