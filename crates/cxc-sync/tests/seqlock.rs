@@ -153,3 +153,37 @@ fn panicking_update_publishes_nothing_and_releases() {
     assert!(t.elapsed() < Duration::from_millis(5));
     assert_eq!(lock.read(), 6);
 }
+
+#[test]
+fn cell_sidecar_records_takeovers_and_counts_them() {
+    use cxc_sidecar::{AdaptiveInstance, OpCode, SidecarBox};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cell = SharedCell::create(dir.path().join("s.cell"), 0u64).unwrap();
+    cell.set_stall_timeout(Duration::from_millis(20));
+    let cell = Arc::new(SidecarBox::new(cell));
+    assert_eq!(cell.kind(), cxc_mmf::Kind::Cell);
+    let inside = Arc::new(Barrier::new(2));
+    let slow = {
+        let (cell, inside) = (cell.clone(), inside.clone());
+        std::thread::spawn(move || {
+            cell.update(|v| {
+                inside.wait();
+                std::thread::sleep(Duration::from_millis(150));
+                *v = 666;
+            })
+        })
+    };
+    inside.wait();
+    assert_eq!(cell.store(1).unwrap().abandoned, Some(Abandoned::Stalled));
+    assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
+    let counters: std::collections::HashMap<_, _> = cell.counters().into_iter().collect();
+    assert_eq!(counters["claim_stale"], 1);
+    assert_eq!(counters["quarantined"], 1);
+    assert_eq!(counters["quarantine_freed"], 1);
+    assert!(
+        cell.ring()
+            .snapshot()
+            .iter()
+            .any(|o| o.op == OpCode::LeaseClaimStale)
+    );
+}
