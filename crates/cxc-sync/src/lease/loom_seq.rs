@@ -44,7 +44,7 @@ fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
     [v; PAYLOAD_WORDS]
 }
 
-fn value(w: [u64; PAYLOAD_WORDS]) -> u64 {
+fn value(w: [u64; N]) -> u64 {
     assert_eq!(w[0], w[1], "torn read: {w:?}");
     w[0]
 }
@@ -81,7 +81,7 @@ fn loom_seq_writer_dies_at_every_step() {
         });
         let s2 = s.clone();
         let t2 = thread::spawn(move || {
-            let seen = value(s2.seq_read(N));
+            let seen = value(s2.seq_read_words::<N>());
             assert!(seen == 3, "a dying writer's bytes were published: {seen}");
             let c = s2
                 .seq_begin(b, 30, Patience::new)
@@ -96,7 +96,7 @@ fn loom_seq_writer_dies_at_every_step() {
             Took::Dead => 1,
             Took::Stalled => 2,
         });
-        assert_eq!(value(s.seq_read(N)), 5);
+        assert_eq!(value(s.seq_read_words::<N>()), 5);
         if took == Took::Stalled {
             // A was alive (stopped) when superseded: its buffer may stay quarantined
             // until someone proves it dead; it is never the published one.
@@ -109,7 +109,7 @@ fn loom_seq_writer_dies_at_every_step() {
             .seq_begin(b, 30, Patience::new)
             .expect("the lock is never wedged");
         s.seq_finish(c.word, &words(6), N).expect("published");
-        assert_eq!(value(s.seq_read(N)), 6);
+        assert_eq!(value(s.seq_read_words::<N>()), 6);
         assert!(s.word().is_vacant());
     });
     assert!(
@@ -140,7 +140,7 @@ fn loom_seq_stalled_writer_resumes_at_every_step() {
         });
         let ra = t1.join().unwrap();
         let (took_b, rb) = t2.join().unwrap();
-        let fin = value(s.seq_read(N));
+        let fin = value(s.seq_read_words::<N>());
         match (ra, rb) {
             (Ok(()), Ok(())) => assert!(fin == 5 || fin == 7),
             // A was superseded as stalled by B at some step (or B by A, whose begin came
@@ -178,9 +178,9 @@ fn loom_seq_reader_never_torn() {
                 s1.seq_finish(c.word, &words(v), N).unwrap();
             }
         });
-        let seen = value(s.seq_read(N));
+        let seen = value(s.seq_read_words::<N>());
         assert!([3, 7, 9].contains(&seen));
         t1.join().unwrap();
-        assert_eq!(value(s.seq_read(N)), 9);
+        assert_eq!(value(s.seq_read_words::<N>()), 9);
     });
 }

@@ -20,7 +20,7 @@
 //! `now = heartbeat + 1` with grace 0.
 
 use crate::liveness::Liveness;
-use crate::primitive::{Ordering, spin_hint};
+use crate::primitive::{Ordering, fence, spin_hint};
 
 use super::state::*;
 use super::word::Word;
@@ -271,14 +271,26 @@ impl LeaseState {
         self.release_private(claim);
     }
 
-    /// The published value, read as a seqlock reader (never blocks on a writer: the
-    /// published buffer is never the one being written).
+    /// The published value's first `W` words, read as a seqlock reader (the same read as
+    /// `read_if`: Acquire `seq`, the words, Acquire fence, `seq` again; `W` is a constant,
+    /// so the copy is unrolled). Never waits for a writer: the published buffer is never
+    /// the one being written; it retries only if the buffer was republished twice and
+    /// rewritten during the copy.
     #[inline]
-    pub(crate) fn seq_read(&self, n: usize) -> [u64; PAYLOAD_WORDS] {
+    pub(crate) fn seq_read_words<const W: usize>(&self) -> [u64; W] {
+        const { assert!(W <= PAYLOAD_WORDS) };
         loop {
-            if let Some(w) = self.read_if(n, |_| true) {
-                return w;
+            let buf = &self.bufs[self.word().published()];
+            // SYNC: payload seqlock. Pairs with the Release fence/store in `fill`.
+            let s1 = buf.seq.load(Ordering::Acquire);
+            if s1 & 1 == 0 {
+                let words: [u64; W] = std::array::from_fn(|i| buf.words[i].load(Ordering::Relaxed));
+                fence(Ordering::Acquire);
+                if buf.seq.load(Ordering::Relaxed) == s1 {
+                    return words;
+                }
             }
+            spin_hint();
         }
     }
 }

@@ -192,6 +192,16 @@ fn from_words<T: FromBytes>(words: &[u64; PAYLOAD_WORDS]) -> T {
     }
 }
 
+/// `T` from the first bytes of `words`, which hold at least `size_of::<T>()` bytes
+/// (`words_for::<T>()` words).
+#[inline]
+fn from_prefix<T: FromBytes, const W: usize>(words: &[u64; W]) -> T {
+    match T::read_from_prefix(words.as_bytes()) {
+        Ok((v, _)) => v,
+        Err(_) => unreachable!("W = words_for::<T>() words hold a T"),
+    }
+}
+
 /// A fresh lease state on the heap: all zero, which is the fresh state (vacant,
 /// generation 0), exactly what a new file holds (`docs/memory-layout.md`).
 fn zeroed_state() -> Box<LeaseState> {
@@ -262,7 +272,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
     /// republication of that buffer is retried).
     #[inline]
     pub fn read(&self) -> T {
-        from_words(&self.state().seq_read(words_for::<T>()))
+        // `words_for::<T>()` is a constant per `T`: one arm survives monomorphization.
+        let st = self.state();
+        match words_for::<T>() {
+            0 | 1 => from_prefix(&st.seq_read_words::<1>()),
+            2 => from_prefix(&st.seq_read_words::<2>()),
+            3 => from_prefix(&st.seq_read_words::<3>()),
+            4 => from_prefix(&st.seq_read_words::<4>()),
+            5 => from_prefix(&st.seq_read_words::<5>()),
+            _ => from_prefix(&st.seq_read_words::<6>()),
+        }
     }
 
     /// Replaces the value. Waits for a writer that holds the lock, takes over at once
