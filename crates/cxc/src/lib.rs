@@ -148,6 +148,18 @@ pub mod liveness {
     /// The op code of the observation a `FailoverWatchdog` scan records in its
     /// `HeartbeatTable`'s ring (`arg`: the number of dead slots found). An alias of
     /// [`OpCode::HeartbeatScan`](cxc_sidecar::OpCode::HeartbeatScan).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// use cxc::{AdaptiveInstance, FailoverWatchdog, HeartbeatTable, SidecarBox, liveness};
+    /// let table = SidecarBox::new(HeartbeatTable::create(dir.path().join("w.hb"), 4)?);
+    /// FailoverWatchdog::new(&table).scan();
+    /// assert!(table.ring().snapshot().iter().any(|o| o.op == liveness::OP_SCAN));
+    /// assert_eq!(liveness::OP_SCAN.name(), "heartbeat.scan");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub const OP_SCAN: cxc_sidecar::OpCode = cxc_sidecar::OpCode::HeartbeatScan;
 }
 
