@@ -5,6 +5,9 @@
 //!   bits, and failover (fence + reclaim) of dead workers' work.
 //! - [`liveness`]: process identity (pidfs inode or pid + start time, pid namespace, boot
 //!   id) and whether the process is still alive (re-exported from `cxc_mmf::identity`).
+//! - [`SeqLock`] / [`SharedCell`]: a sequence lock (readers never block, never see a torn
+//!   value; a stalled or dead writer never exposes its bytes nor wedges the lock), on the
+//!   heap or in a file of its own; built on the lease's protocol.
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
 //! - [`backend`]: [`FencedLease`] and [`PermitPool`], the blocking traits that the
 //!   mapped-file primitives ([`MmapLease`], [`SharedSemaphore`]) and `cxc-etcd` implement.
@@ -32,6 +35,8 @@ pub mod liveness;
 pub(crate) mod park;
 pub(crate) mod primitive;
 mod semaphore;
+#[cfg(not(cxc_loom))]
+mod seqlock;
 
 #[cfg(not(cxc_loom))]
 pub use backend::MmapLease;
@@ -60,3 +65,7 @@ pub use semaphore::{
     HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreStats, SharedSemaphore,
 };
 pub use semaphore::{SemaphoreError, SemaphoreOptions};
+#[cfg(not(cxc_loom))]
+pub use seqlock::{
+    Abandoned, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError, Written,
+};

@@ -289,7 +289,10 @@ fn stopped_guard_writer_is_replaced_and_never_published() {
             .expect("a stopped holder is replaced after the grace");
         let at = lease.current_epoch();
         assert!(g.token() > old);
-        assert!(at > hb + 50, "replaced within the grace: epoch {at}, last beat {hb}");
+        assert!(
+            at > hb + 50,
+            "replaced within the grace: epoch {at}, last beat {hb}"
+        );
         g.acknowledge_inconsistent();
         let before = g.read().unwrap();
         assert!(before.iter().all(|w| *w == before[0]), "torn {before:?}");

@@ -21,6 +21,57 @@
 //! # }
 //! ```
 //!
+//! # [`SharedCell`]: one value any process may store and every process loads without blocking
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! use cxc::SharedCell;
+//! let cell = SharedCell::create(dir.path().join("rate.cell"), [0u64; 2])?;
+//! cell.store([10, 20])?;
+//! cell.update(|v| v[1] += 1)?;
+//! assert_eq!(cell.load(), [10, 21]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Payload types: zerocopy's traits and derives, re-exported
+//!
+//! Payloads must be valid for every bit pattern. Derive the traits through `cxc`; a
+//! struct with padding must make the padding an explicit field (zerocopy refuses
+//! `IntoBytes` for a struct with implicit padding bytes):
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! #[derive(cxc::FromBytes, cxc::IntoBytes, cxc::Immutable, cxc::KnownLayout)]
+//! #[derive(Debug, Clone, Copy, PartialEq)]
+//! #[repr(C)]
+//! struct Quote {
+//!     price: u64,
+//!     venue: u16,
+//!     /// Explicit padding: without it `u16` + `u32` + the alignment of `u64` leave two
+//!     /// implicit padding bytes, and `IntoBytes` does not derive.
+//!     _pad: [u8; 2],
+//!     size: u32,
+//! }
+//! let cell = cxc::SharedCell::create(
+//!     dir.path().join("quote.cell"),
+//!     Quote { price: 100, venue: 1, _pad: [0; 2], size: 5 },
+//! )?;
+//! cell.update(|q| q.size += 1)?;
+//! assert_eq!(cell.load().size, 6);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ```compile_fail
+//! // Implicit padding (2 bytes after `venue`): `IntoBytes` refuses it.
+//! #[derive(cxc::FromBytes, cxc::IntoBytes, cxc::Immutable, cxc::KnownLayout)]
+//! #[repr(C)]
+//! struct Padded { price: u64, venue: u16, size: u32 }
+//! ```
+//!
 //! # [`SharedSemaphore`]: permits that come back when a holder dies
 //!
 //! ```
@@ -86,6 +137,36 @@ pub mod lease {
     pub use cxc_sync::lease::{
         DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter, inspect,
     };
+}
+
+pub use cxc_sync::{
+    Abandoned, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError, Written,
+};
+
+/// zerocopy's traits and derive macros, for payload types (`#[derive(cxc::FromBytes, ..)]`).
+pub use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Process identity and liveness (as `cxc_sync::liveness`), and the op code of the
+/// watchdog's per-scan observation.
+pub mod liveness {
+    pub use cxc_sync::liveness::*;
+
+    /// The op code of the observation a `FailoverWatchdog` scan records in its
+    /// `HeartbeatTable`'s ring (`arg`: the number of dead slots found). An alias of
+    /// [`OpCode::HeartbeatScan`](cxc_sidecar::OpCode::HeartbeatScan).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// use cxc::{AdaptiveInstance, FailoverWatchdog, HeartbeatTable, SidecarBox, liveness};
+    /// let table = SidecarBox::new(HeartbeatTable::create(dir.path().join("w.hb"), 4)?);
+    /// FailoverWatchdog::new(&table).scan();
+    /// assert!(table.ring().snapshot().iter().any(|o| o.op == liveness::OP_SCAN));
+    /// assert_eq!(liveness::OP_SCAN.name(), "heartbeat.scan");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub const OP_SCAN: cxc_sidecar::OpCode = cxc_sidecar::OpCode::HeartbeatScan;
 }
 
 pub use cxc_sidecar as sidecar;

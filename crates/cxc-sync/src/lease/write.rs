@@ -119,7 +119,7 @@ impl LeaseState {
     /// Gives the (private) claim `id` a staging buffer: a free one, after reaping the
     /// quarantined buffers of dead writers if none is free.
     #[cold]
-    fn stage_for(&self, id: u64) -> Result<Word, WriteRefused> {
+    pub(crate) fn stage_for(&self, id: u64) -> Result<Word, WriteRefused> {
         let mut reaped = false;
         let mut cur = self.word();
         loop {

@@ -1,0 +1,158 @@
+//! `SharedCell` across processes (issue #20): writers in several processes are SIGKILLed
+//! and SIGSTOPped at random while storing; readers in other processes never see a torn
+//! value (checksummed payload) and never wait for a writer; once every writer is dead a
+//! store completes at once.
+
+use std::time::{Duration, Instant};
+
+use cxc_sync::SharedCell;
+use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, path_arg, report, role};
+
+const TEST: &str = "writers_killed_and_stopped_never_tear_nor_wedge";
+
+/// Five words and their checksum: a torn copy fails the check.
+fn sealed(v: u64) -> [u64; 6] {
+    let mut w = [v, v ^ 0x5555, v.rotate_left(7), !v, v.wrapping_mul(3), 0];
+    w[5] = w[..5].iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+        (h ^ x).wrapping_mul(0x100_0000_01b3)
+    });
+    w
+}
+
+fn intact(w: &[u64; 6]) -> bool {
+    sealed(w[0]) == *w
+}
+
+fn writer_role() {
+    let cell = SharedCell::<[u64; 6]>::open(path_arg("path")).unwrap();
+    let id: u64 = arg("id").parse().unwrap();
+    report("ready=1");
+    let mut i = 0u64;
+    loop {
+        i += 1;
+        cell.store(sealed(id << 40 | i)).unwrap();
+    }
+}
+
+fn reader_role() {
+    let cell = SharedCell::<[u64; 6]>::open(path_arg("path")).unwrap();
+    let until = Instant::now() + Duration::from_millis(arg("ms").parse().unwrap());
+    let (mut reads, mut torn, mut slowest) = (0u64, 0u64, Duration::ZERO);
+    report("ready=1");
+    while Instant::now() < until {
+        let t = Instant::now();
+        let v = cell.load();
+        slowest = slowest.max(t.elapsed());
+        if !intact(&v) {
+            torn += 1;
+        }
+        reads += 1;
+    }
+    report(format!(
+        "reads={reads} torn={torn} slowest_us={}",
+        slowest.as_micros()
+    ));
+}
+
+fn spawn_writer(path: &std::path::Path, id: u64) -> Proc {
+    let mut p = RoleCommand::new(TEST, "writer")
+        .arg("path", path)
+        .arg("id", id.to_string())
+        .spawn();
+    assert_eq!(
+        fields(&p.next_report(Duration::from_secs(30)))["ready"],
+        "1"
+    );
+    p
+}
+
+#[test]
+fn writers_killed_and_stopped_never_tear_nor_wedge() {
+    match role().as_deref() {
+        Some("writer") => return writer_role(),
+        Some("reader") => return reader_role(),
+        _ => {}
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("torture.cell");
+    let cell = SharedCell::create(&path, sealed(0)).unwrap();
+    let mut rng = Rng::for_test();
+    let run_ms = 2500u64;
+    let mut readers: Vec<Proc> = (0..2)
+        .map(|_| {
+            let mut p = RoleCommand::new(TEST, "reader")
+                .arg("path", &path)
+                .arg("ms", run_ms.to_string())
+                .spawn();
+            assert_eq!(
+                fields(&p.next_report(Duration::from_secs(30)))["ready"],
+                "1"
+            );
+            p
+        })
+        .collect();
+    let mut next_id = 1u64;
+    let mut writers: Vec<(Proc, bool)> = (0..3)
+        .map(|_| {
+            next_id += 1;
+            (spawn_writer(&path, next_id), false)
+        })
+        .collect();
+    let (mut kills, mut stops) = (0u32, 0u32);
+    let end = Instant::now() + Duration::from_millis(run_ms - 500);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(rng.range(1, 40)));
+        assert!(intact(&cell.load()), "torn value in the parent");
+        let i = rng.below(writers.len() as u64) as usize;
+        let (p, stopped) = &mut writers[i];
+        if *stopped {
+            // A stopped writer is resumed (its pending store must fail and be retried)
+            // or killed while stopped.
+            if rng.percent(50) {
+                p.cont();
+                *stopped = false;
+            } else {
+                p.kill();
+                kills += 1;
+                next_id += 1;
+                writers[i] = (spawn_writer(&path, next_id), false);
+            }
+        } else if rng.percent(50) {
+            p.stop();
+            *stopped = true;
+            stops += 1;
+        } else {
+            p.kill();
+            kills += 1;
+            next_id += 1;
+            writers[i] = (spawn_writer(&path, next_id), false);
+        }
+    }
+    // Every writer dies, some mid-store and some while stopped.
+    for (p, _) in &mut writers {
+        p.kill();
+    }
+    let t = Instant::now();
+    let w = cell.store(sealed(1)).unwrap();
+    let took = t.elapsed();
+    assert_eq!(cell.load(), sealed(1));
+    eprintln!(
+        "kills={kills} stops={stops} final store took {took:?} ({:?})",
+        w.abandoned
+    );
+    assert!(
+        took < Duration::from_millis(100),
+        "a store after every writer died took {took:?}"
+    );
+    for r in &mut readers {
+        let lines = r.finish(Duration::from_secs(60));
+        let f = fields(lines.last().unwrap());
+        eprintln!("reader: {}", lines.last().unwrap());
+        assert_eq!(f["torn"], "0", "a reader saw a torn value");
+        assert!(f["reads"].parse::<u64>().unwrap() > 1000);
+    }
+    assert!(
+        kills + stops > 10,
+        "too few faults injected: {kills} kills, {stops} stops"
+    );
+}

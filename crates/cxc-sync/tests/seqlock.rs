@@ -1,0 +1,189 @@
+//! `SeqLock<T>` and `SharedCell<T>` in one process: round trips, files, threads hammering
+//! (checksummed payloads never torn), a stalled `update` superseded and never published,
+//! a panicking `update`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use cxc_sync::{Abandoned, SeqLock, SeqLockError, SharedCell, WriteError};
+
+/// Five words and their checksum: a torn copy fails the check.
+fn sealed(v: u64) -> [u64; 6] {
+    let mut w = [v, v ^ 0x5555, v.rotate_left(7), !v, v.wrapping_mul(3), 0];
+    w[5] = w[..5].iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+        (h ^ x).wrapping_mul(0x100_0000_01b3)
+    });
+    w
+}
+
+fn intact(w: &[u64; 6]) -> bool {
+    sealed(w[0]) == *w
+}
+
+#[test]
+fn round_trip_heap() {
+    let lock = SeqLock::new(7u64).unwrap();
+    assert_eq!(lock.read(), 7);
+    assert_eq!(lock.write(9).unwrap().abandoned, None);
+    lock.update(|v| *v *= 2).unwrap();
+    assert_eq!(lock.read(), 18);
+}
+
+#[test]
+fn payload_too_large_refused() {
+    assert!(matches!(
+        SeqLock::new([0u8; 49]),
+        Err(SeqLockError::PayloadTooLarge { max: 48, found: 49 })
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    assert!(SharedCell::create(dir.path().join("c"), [0u8; 48]).is_ok());
+}
+
+#[test]
+fn cell_files_create_open_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.cell");
+    let a = SharedCell::create(&p, [1u64, 2, 3]).unwrap();
+    assert!(SharedCell::create(&p, [0u64; 3]).is_err(), "never clobbers");
+    let b = SharedCell::<[u64; 3]>::open(&p).unwrap();
+    b.store([4, 5, 6]).unwrap();
+    assert_eq!(a.load(), [4, 5, 6]);
+    assert!(SharedCell::<u64>::open(&p).is_err(), "another T is refused");
+    let (c, origin) = SharedCell::create_or_open(&p, [0u64; 3]).unwrap();
+    assert_eq!(origin, cxc_mmf::Origin::Opened);
+    assert_eq!(c.load(), [4, 5, 6]);
+    drop((a, b, c));
+    // A lease file is not a cell.
+    let l = dir.path().join("l");
+    let _lease = cxc_sync::OwnerLease::create(&l, [0u64; 3]).unwrap();
+    assert!(SharedCell::<[u64; 3]>::open(&l).is_err());
+}
+
+#[test]
+fn threads_never_see_torn_values_nor_lose_updates() {
+    let lock = Arc::new(SeqLock::new(sealed(0)).unwrap());
+    let counter = Arc::new(SeqLock::new(0u64).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (lock, stop) = (lock.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    assert!(intact(&lock.read()), "torn read");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let writers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (lock, counter) = (lock.clone(), counter.clone());
+            std::thread::spawn(move || {
+                for i in 0..20_000u64 {
+                    lock.write(sealed(t << 32 | i)).unwrap();
+                    // A thread descheduled longer than the stall timeout inside `update`
+                    // is superseded; its increment is then never published: retry.
+                    while let Err(e) = counter.update(|c| *c += 1) {
+                        assert_eq!(e, WriteError::Superseded);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() > 0);
+    }
+    assert_eq!(counter.read(), 60_000, "an update was lost");
+}
+
+#[test]
+fn stalled_update_is_superseded_and_never_published() {
+    let mut lock = SeqLock::new(1u64).unwrap();
+    lock.set_stall_timeout(Duration::from_millis(20));
+    let lock = Arc::new(lock);
+    let inside = Arc::new(Barrier::new(2));
+    let slow = {
+        let (lock, inside) = (lock.clone(), inside.clone());
+        std::thread::spawn(move || {
+            lock.update(|v| {
+                inside.wait();
+                std::thread::sleep(Duration::from_millis(200));
+                *v = 666;
+            })
+        })
+    };
+    inside.wait();
+    let t = Instant::now();
+    let w = lock.write(2).unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(150),
+        "waited {:?}",
+        t.elapsed()
+    );
+    assert_eq!(w.abandoned, Some(Abandoned::Stalled));
+    assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
+    assert_eq!(lock.read(), 2, "the stalled update was published");
+    // Its quarantined buffer was freed: many more writes work.
+    for i in 0..100 {
+        lock.write(i).unwrap();
+    }
+    assert_eq!(lock.read(), 99);
+}
+
+#[test]
+fn panicking_update_publishes_nothing_and_releases() {
+    let lock = SeqLock::new(5u32).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lock.update(|v| {
+            *v = 9;
+            panic!("boom");
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(lock.read(), 5);
+    let t = Instant::now();
+    assert_eq!(lock.write(6).unwrap().abandoned, None);
+    assert!(t.elapsed() < Duration::from_millis(5));
+    assert_eq!(lock.read(), 6);
+}
+
+#[test]
+fn cell_sidecar_records_takeovers_and_counts_them() {
+    use cxc_sidecar::{AdaptiveInstance, OpCode, SidecarBox};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cell = SharedCell::create(dir.path().join("s.cell"), 0u64).unwrap();
+    cell.set_stall_timeout(Duration::from_millis(20));
+    let cell = Arc::new(SidecarBox::new(cell));
+    assert_eq!(cell.kind(), cxc_mmf::Kind::Cell);
+    let inside = Arc::new(Barrier::new(2));
+    let slow = {
+        let (cell, inside) = (cell.clone(), inside.clone());
+        std::thread::spawn(move || {
+            cell.update(|v| {
+                inside.wait();
+                std::thread::sleep(Duration::from_millis(150));
+                *v = 666;
+            })
+        })
+    };
+    inside.wait();
+    assert_eq!(cell.store(1).unwrap().abandoned, Some(Abandoned::Stalled));
+    assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
+    let counters: std::collections::HashMap<_, _> = cell.counters().into_iter().collect();
+    assert_eq!(counters["claim_stale"], 1);
+    assert_eq!(counters["quarantined"], 1);
+    assert_eq!(counters["quarantine_freed"], 1);
+    assert!(
+        cell.ring()
+            .snapshot()
+            .iter()
+            .any(|o| o.op == OpCode::LeaseClaimStale)
+    );
+}
