@@ -110,6 +110,8 @@ fn smol_tasks() {
     let lease = lease(&dir);
     let ex = smol::Executor::new();
     smol::block_on(ex.run(async {
+        // Held while the tasks start, so that they all wait in the reactor.
+        let held = lease.clone().lock_owned_async().await;
         let tasks: Vec<_> = (0..2_000)
             .map(|_| {
                 let l = lease.clone();
@@ -119,6 +121,9 @@ fn smol_tasks() {
                 })
             })
             .collect();
+        smol::Timer::after(Duration::from_millis(100)).await;
+        assert!(async_waiters() > 1_000, "tasks are waiting");
+        drop(held);
         for t in tasks {
             t.await;
         }
