@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
+use zerocopy::{FromBytes, FromZeros, KnownLayout};
 
 use crate::error::{FoundKind, MmfError};
 use crate::header::{
@@ -17,23 +18,24 @@ use crate::header::{
     TypeFingerprint, fnv1a, off,
 };
 
-/// A type made only of atomics, valid for every bit pattern, that may be viewed in shared
-/// memory.
+/// A type that may be viewed in a mapping: valid for every bit pattern, with a layout the
+/// compiler knows, shareable between threads.
 ///
-/// # Safety
-/// Implementors must be `#[repr(C)]` (or a primitive atomic / array of views), contain
-/// only `AtomicU32`/`AtomicU64` (or other `AtomicView`s) with no padding that matters, and
-/// be valid for any bit pattern. Their alignment must not exceed 64.
-pub unsafe trait AtomicView: Sized + Sync {}
+/// There is one implementation, for every `Sync` type with zerocopy's [`FromZeros`],
+/// [`FromBytes`] and [`KnownLayout`]: the atomic integers, arrays of views, `()`, and the
+/// `#[repr(C)]` structs of the primitives, which derive those traits. The derives refuse a
+/// field that is not valid for every bit pattern and a struct without a defined layout, so
+/// the compiler checks what a hand-written `unsafe impl` used to promise.
+///
+/// What the bounds cannot say: that every byte of a view is inside an atomic. Structs of
+/// atomics are not zerocopy's `Immutable`, but Rust has no bound for "not `Immutable`", so
+/// a plain-data type such as `u64` meets the bounds too, and [`Mapped::head`] would hand out
+/// a `&u64` that other processes write. View only atomics (`AtomicU32`, `AtomicU64`, arrays
+/// and `#[repr(C)]` structs of them), as every view in this workspace does. The alignment
+/// of a view must not exceed 64 (checked when the mapping is made).
+pub trait AtomicView: FromZeros + FromBytes + KnownLayout + Sync + Sized {}
 
-// SAFETY: a single atomic integer is valid for every bit pattern and has no padding.
-unsafe impl AtomicView for AtomicU64 {}
-// SAFETY: as above.
-unsafe impl AtomicView for AtomicU32 {}
-// SAFETY: an array of views is a view: same bit-validity, no padding between elements.
-unsafe impl<V: AtomicView, const N: usize> AtomicView for [V; N] {}
-// SAFETY: a zero-sized type has no bytes to be invalid.
-unsafe impl AtomicView for () {}
+impl<T: FromZeros + FromBytes + KnownLayout + Sync + Sized> AtomicView for T {}
 
 /// How `create` makes the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,8 +110,9 @@ pub struct Mapped<H: AtomicView, S: AtomicView = ()> {
     _marker: PhantomData<(H, S)>,
 }
 
-// SAFETY: the mapping is only accessed through atomics (`H` and `S` are `AtomicView`s,
-// which are `Sync`); the raw pointers point into `map`, which lives as long as `self`.
+// SAFETY: the mapping is only accessed through `&H` and `&S` (`AtomicView`s, which are
+// `Sync`, so references to them may be used from any thread); the raw pointers point into
+// `map`, which lives as long as `self` and is not tied to a thread.
 unsafe impl<H: AtomicView, S: AtomicView> Send for Mapped<H, S> {}
 // SAFETY: as above; shared access is the point of atomics.
 unsafe impl<H: AtomicView, S: AtomicView> Sync for Mapped<H, S> {}
@@ -640,17 +643,19 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
     /// The primitive's fixed block.
     #[inline]
     pub fn head(&self) -> &H {
-        // SAFETY: `head` points to a validated, aligned `H` inside the mapping, which
-        // lives as long as `self`; `H` is an `AtomicView` (all atomics, any bit pattern
-        // valid), so a shared reference is sound even while other processes write it.
+        // SAFETY: `head` points to an aligned `H` inside the mapping (checked at
+        // construction), which lives as long as `self`; `H: FromBytes`, so whatever bytes
+        // the file holds are a valid `H`. Other processes write it concurrently, which a
+        // shared reference allows for the bytes inside atomics: `AtomicView`'s documented
+        // rule that views are made of atomics (which its bounds cannot check).
         unsafe { self.head.as_ref() }
     }
 
     /// All slots.
     #[inline]
     pub fn slots(&self) -> &[S] {
-        // SAFETY: `count` slots of `S` follow the head inside the mapping (validated at
-        // construction); `S` is an `AtomicView`, see `head`.
+        // SAFETY: `count` aligned slots of `S` follow the head inside the mapping (checked
+        // at construction); `S: FromBytes` and views are made of atomics, see `head`.
         unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.count) }
     }
 

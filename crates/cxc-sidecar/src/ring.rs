@@ -36,6 +36,8 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
+use zerocopy::{FromBytes, KnownLayout};
+
 use crate::clock::monotonic_ns;
 use crate::op::OpCode;
 
@@ -48,8 +50,13 @@ const PENDING_SPINS: u32 = 64;
 const PENDING_YIELDS: u32 = 8;
 
 /// One entry: five words, 40 bytes.
+///
+/// `pub` only because `ObservationRing`'s derived `KnownLayout` names the type of its last
+/// field in a public impl; the module is private, so the type cannot be named outside.
+#[derive(Debug, FromBytes, KnownLayout)]
 #[repr(C)]
-struct RingSlot {
+#[allow(unreachable_pub)]
+pub struct RingSlot {
     /// Sequence word (see the module docs).
     seq: AtomicU64,
     /// `CLOCK_MONOTONIC` nanoseconds.
@@ -102,6 +109,7 @@ impl RingSlot {
 /// assert_eq!(batch.observations[0].op, OpCode::LeaseRelease);
 /// assert_eq!((batch.next, batch.lost), (1, 0));
 /// ```
+#[derive(FromBytes, KnownLayout)]
 #[repr(C, align(64))]
 pub struct ObservationRing {
     head: AtomicU64,
@@ -114,12 +122,6 @@ const _: () = assert!(size_of::<RingSlot>() == 40);
 const _: () = assert!(size_of::<ObservationRing>() == 2624);
 const _: () = assert!(align_of::<ObservationRing>() == 64);
 const _: () = assert!(std::mem::offset_of!(ObservationRing, slots) == 64);
-
-#[allow(unsafe_code)]
-// SAFETY: `ObservationRing` is `repr(C)` and made only of `AtomicU64`s (directly, in a
-// `[AtomicU64; 6]` and in `RingSlot`s, themselves `repr(C)` of five `AtomicU64`s): no
-// padding, every bit pattern valid, alignment 64 (asserted above).
-unsafe impl cxc_mmf::AtomicView for ObservationRing {}
 
 /// One event read from a ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
