@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use cxc_sidecar::Instrumented;
 use cxc_sidecar::{OpCode, flags as sidecar_flags};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 

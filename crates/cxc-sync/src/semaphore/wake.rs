@@ -74,7 +74,7 @@ impl RawSemaphore<'_> {
                 Ordering::SeqCst,
             ) {
                 Ok(_) => {
-                    self.bump(ctr::WAKES);
+                    self.bump(ctr::WAKES, 1);
                     #[cfg(cxc_loom)]
                     if let Some(fx) = self.futex {
                         fx.wake(n.max(1));
