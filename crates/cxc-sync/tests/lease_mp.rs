@@ -1,4 +1,4 @@
-//! Multi-process tests of [`OwnerLease`] with real child processes (DESIGN §3, L1–L6).
+//! Multi-process tests of [`OwnerLease`] with real child processes (`docs/design.md` §3, L1–L6).
 //!
 //! Each test re-executes this test binary as child processes in a role (`cxc_testkit`'s
 //! `RoleCommand`, role arguments `path`, `aux`, `grace`, `n`); a test function that finds

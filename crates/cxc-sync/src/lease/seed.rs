@@ -60,7 +60,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             return false;
         }
         let ok = self.state().release_from(cur.id(), cur, false);
-        self.note(OpCode::LeaseRelease, 0, u64::from(ok));
+        if self.observed.get() {
+            let op = if ok {
+                OpCode::LeaseRelease
+            } else {
+                OpCode::LeaseLossDetected
+            };
+            self.note(op, 0, self.state().full_generation(cur.0));
+        }
         ok
     }
 
