@@ -2,13 +2,14 @@
 //! (this test binary re-executed in a role, `cxc_testkit`), one of them SIGKILLed
 //! mid-work; the scheduler (the test process) reclaims and reassigns its work.
 
+mod ctl;
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, TypeFingerprint};
 use cxc_sync::{FailoverWatchdog, HeartbeatTable, heartbeat_counter as counter};
 use cxc_testkit::{Proc, RoleCommand, arg, path_arg, try_arg};
 
@@ -18,35 +19,11 @@ const CAPACITY: usize = 3;
 
 /// The shared work queue (a second mapped file): `[next unit, redo bitmap, done bitmap,
 /// finish flag, ...]`.
-type Work = Mapped<[AtomicU64; 8]>;
+type Work = ctl::Ctl;
 const NEXT: usize = 0;
 const REDO: usize = 1;
 const DONE: usize = 2;
 const FINISH: usize = 3;
-
-fn work_layout() -> Layout {
-    Layout {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: 0,
-        payload: TypeFingerprint::NONE,
-        params: [0x4842_5750, 0, 0, 0],
-    }
-}
-
-fn open_work(dir: &Path) -> Work {
-    let expect = Expect {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: Some(0),
-        max_capacity: 0,
-        payload: TypeFingerprint::NONE,
-        check_params: &|_| Ok(()),
-    };
-    Mapped::open(dir.join("work.cxc"), &expect).unwrap()
-}
 
 /// How long a child may take to finish once told to.
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
@@ -116,7 +93,7 @@ fn claim(t: &HeartbeatTable, slot: usize, w: &Work) -> Option<u8> {
 /// "done unit N", clears the bit; idles (beating) until the scheduler says finish.
 fn worker(dir: &Path, id: usize, stall_at: Option<usize>) {
     let t = HeartbeatTable::open(dir.join("hb.cxc"), CAPACITY).unwrap();
-    let w = open_work(dir);
+    let w = ctl::open(&dir.join("work.cxc"));
     let log = log_path(dir, id);
     let slot = t.register(std::process::id()).unwrap();
     append(&log, &format!("slot {slot}\n"));
@@ -180,13 +157,7 @@ fn killed_worker_units_are_reclaimed_and_slot_reused() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let table = HeartbeatTable::create(dir.join("hb.cxc"), CAPACITY).unwrap();
-    let work: Work = Mapped::create(
-        dir.join("work.cxc"),
-        work_layout(),
-        &CreateOptions::default(),
-        |_, _| {},
-    )
-    .unwrap();
+    let work: Work = ctl::create(&dir.join("work.cxc"));
     // Grace is generous (a live worker would have to stall ~1 s to be declared dead);
     // the killed worker is found at once by OS identity.
     let watchdog = FailoverWatchdog::with_grace(&table, 200);

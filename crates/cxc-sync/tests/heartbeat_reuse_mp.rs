@@ -42,18 +42,7 @@ fn run(test: &str, fallback: bool) {
         Some("worker") => worker(),
         Some("impostor") => impostor(),
         Some(other) => panic!("unknown role {other}"),
-        None => {
-            if skip_unless_root(test) {
-                return;
-            }
-            let dir = tempfile::tempdir().unwrap();
-            let env: &[(&str, &str)] = if fallback {
-                &[("CXC_IDENTITY_FALLBACK", "1")]
-            } else {
-                &[]
-            };
-            run_in_new_pidns(test, dir.path(), env);
-        }
+        None => run_reuse_test(test, fallback),
     }
 }
 

@@ -12,14 +12,15 @@
 //! and fails over only when its heartbeat is more than `grace` epochs old (heartbeat path).
 //! Fake pids are above `PID_MAX_LIMIT` (2^22), so they never name a real process.
 
+mod ctl;
+
 use std::ffi::OsStr;
 use std::fmt::Debug;
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, TypeFingerprint};
 use cxc_sync::lease::counter;
 use cxc_sync::liveness::{ProcStatus, proc_status};
 use cxc_sync::{LeaseOptions, OwnerLease, Preemption};
@@ -514,38 +515,13 @@ const W_VIOLATIONS: usize = 1;
 const W_READY: usize = 2;
 const W_GO: usize = 3;
 
-type Ctl = Mapped<[AtomicU64; 8]>;
-
-fn ctl_layout() -> Layout {
-    Layout {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: 0,
-        payload: TypeFingerprint::NONE,
-        params: [0; 4],
-    }
-}
-
-fn ctl_expect() -> Expect<'static> {
-    Expect {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: Some(0),
-        max_capacity: 0,
-        payload: TypeFingerprint::NONE,
-        check_params: &|_| Ok(()),
-    }
-}
-
 const HAMMER_GRACE: u64 = 1_000;
 
 /// Child: performs `N` successful increments, alternating `with_lease` and
 /// `try_claim` + `read_claimed` + `write_claimed` + `release_claim`.
 fn role_hammer() {
     let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
-    let ctl = Ctl::open(path_arg("aux"), &ctl_expect()).expect("open control file");
+    let ctl = ctl::open(&path_arg("aux"));
     let n = arg_u64("n");
     let c = ctl.head();
     c[W_READY].fetch_add(1, Ordering::SeqCst);
@@ -603,13 +579,7 @@ fn two_processes_no_lost_update() {
     let path = dir.path().join("count.lease");
     let ctl_path = dir.path().join("ctl.cxc");
     let lease = OwnerLease::<u64>::create(&path, 0).expect("create");
-    let ctl = Ctl::create(
-        &ctl_path,
-        ctl_layout(),
-        &CreateOptions::default(),
-        |_, _| {},
-    )
-    .expect("create control file");
+    let ctl = ctl::create(&ctl_path);
     let c = ctl.head();
     let n = N.to_string();
     let mut kids = Vec::new();

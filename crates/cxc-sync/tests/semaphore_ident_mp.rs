@@ -237,18 +237,7 @@ fn reuse(test: &str, fallback: bool) {
             park();
         }
         Some(other) => panic!("unknown role {other}"),
-        None => {
-            if skip_unless_root(test) {
-                return;
-            }
-            let tmp = tempfile::tempdir().unwrap();
-            let env: &[(&str, &str)] = if fallback {
-                &[("CXC_IDENTITY_FALLBACK", "1")]
-            } else {
-                &[]
-            };
-            run_in_new_pidns(test, tmp.path(), env);
-        }
+        None => run_reuse_test(test, fallback),
     }
 }
 

@@ -5,11 +5,12 @@
 //! the child's role when it has one.
 #![cfg(not(cxc_loom))]
 
+mod ctl;
+
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, TypeFingerprint};
 use cxc_sync::SharedSemaphore;
 use cxc_testkit::{Proc, RoleCommand, arg, path_arg, report, role};
 
@@ -120,31 +121,7 @@ fn reclaim_dead_returns_exactly_the_dead_childs_permits() {
     assert_eq!(sem.available(), 6);
 }
 
-/// A small shared counter file, independent of the semaphore: `[in_use, peak, ...]`.
-fn aux_layout() -> Layout {
-    Layout {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: 0,
-        payload: TypeFingerprint::NONE,
-        params: [0; 4],
-    }
-}
-
-fn open_aux(path: &Path) -> Mapped<[AtomicU64; 8]> {
-    let expect = Expect {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: Some(0),
-        max_capacity: 0,
-        payload: TypeFingerprint::NONE,
-        check_params: &|_| Ok(()),
-    };
-    Mapped::open(path, &expect).unwrap()
-}
-
+/// Words of the control file (`ctl`): permits in use, their peak, cycles done.
 const IN_USE: usize = 0;
 const PEAK: usize = 1;
 const CYCLES: usize = 2;
@@ -152,7 +129,7 @@ const CYCLES: usize = 2;
 /// Child role: `CXC_ARG` acquire/release cycles, counting permits in use in the aux file.
 fn cycle_worker() {
     let sem = SharedSemaphore::open(path_arg("sem")).unwrap();
-    let aux = open_aux(&path_arg("aux"));
+    let aux = ctl::open(&path_arg("aux"));
     let c = aux.head();
     for i in 0..n_arg() {
         let _p = sem.acquire();
@@ -180,13 +157,7 @@ fn four_processes_never_exceed_the_cap() {
     let aux_path = dir.path().join("aux");
     let max = 2;
     let sem = SharedSemaphore::create(&path, max, max).unwrap();
-    let aux: Mapped<[AtomicU64; 8]> = Mapped::create(
-        &aux_path,
-        aux_layout(),
-        &CreateOptions::default(),
-        |_, _| {},
-    )
-    .unwrap();
+    let aux = ctl::create(&aux_path);
     let cycles = 20_000;
     let mut kids: Vec<Proc> = (0..4)
         .map(|_| {

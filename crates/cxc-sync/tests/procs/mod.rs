@@ -68,6 +68,22 @@ pub fn run_in_new_pidns(test: &str, dir: &Path, env: &[(&str, &str)]) {
     );
 }
 
+/// The parent side of a pid-reuse test: says SKIPPED unless root, else runs `test`'s
+/// scenario in a new pid namespace and a fresh directory, on the fallback identity path
+/// (pid + start time) if `fallback`.
+pub fn run_reuse_test(test: &str, fallback: bool) {
+    if skip_unless_root(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env: &[(&str, &str)] = if fallback {
+        &[("CXC_IDENTITY_FALLBACK", "1")]
+    } else {
+        &[]
+    };
+    run_in_new_pidns(test, dir.path(), env);
+}
+
 /// Role `nsroot`: makes a new pid namespace for its children, runs `scenario` in it
 /// (with this process's environment and output: scenario directory and flags) and exits
 /// with its status. After the unshare this process cannot create threads, so it waits
