@@ -649,6 +649,19 @@ fn two_processes_no_lost_update() {
 
 const PAUSE_GRACE: u64 = 10;
 
+/// Ticks the epoch past `PAUSE_GRACE` epochs after heartbeat `hb`, checking at every
+/// tick within the grace that `me` cannot take the lease over.
+fn tick_through_grace(lease: &OwnerLease<u64>, me: u32, hb: u64) {
+    while lease.current_epoch() < hb + PAUSE_GRACE {
+        lease.tick_epoch();
+        assert!(
+            lease.try_claim(me, PAUSE_GRACE).is_none(),
+            "took over within grace"
+        );
+    }
+    lease.tick_epoch();
+}
+
 /// Child: claims with a fake pid, writes 111, creates the marker file, waits for the go
 /// file, then tries every owner operation with its old claim and reports the results.
 fn role_paused() {
@@ -703,15 +716,7 @@ fn paused_owner_write_rejected_after_takeover() {
     kid.wait_state('T', PATIENCE);
     let old_gen = lease.lease_term();
     let me = std::process::id();
-    let hb = lease.status().heartbeat_epoch;
-    while lease.current_epoch() < hb + PAUSE_GRACE {
-        lease.tick_epoch();
-        assert!(
-            lease.try_claim(me, PAUSE_GRACE).is_none(),
-            "took over within grace"
-        );
-    }
-    lease.tick_epoch();
+    tick_through_grace(&lease, me, lease.status().heartbeat_epoch);
     let mine = lease
         .try_claim(me, PAUSE_GRACE)
         .expect("stale holder is taken over");
@@ -812,15 +817,7 @@ fn stopped_writer_is_replaced_and_never_published(test: &str, real_pid: bool) {
         "{st:?}"
     );
     let me = std::process::id();
-    let hb = st.heartbeat_epoch;
-    while lease.current_epoch() < hb + PAUSE_GRACE {
-        lease.tick_epoch();
-        assert!(
-            lease.try_claim(me, PAUSE_GRACE).is_none(),
-            "took over within grace"
-        );
-    }
-    lease.tick_epoch();
+    tick_through_grace(&lease, me, st.heartbeat_epoch);
     let mine = lease
         .acquire(me, PAUSE_GRACE, Duration::from_secs(2))
         .expect("a stopped writer is replaced after the grace");

@@ -364,15 +364,7 @@ impl Proc {
     /// If the child runs past `timeout` (it is killed first), was killed by a signal,
     /// exited non-zero, or ran no test; the message holds its output.
     pub fn finish(&mut self, timeout: Duration) -> Vec<String> {
-        let Some(status) = self.wait_timeout(timeout) else {
-            self.kill();
-            panic!(
-                "{}: still running after {timeout:?}, killed{}",
-                self.what,
-                self.dump()
-            );
-        };
-        self.wait_eof();
+        let status = self.exit_and_eof(timeout);
         if let Some(sig) = status.signal() {
             panic!("{}: killed by signal {sig}{}", self.what, self.dump());
         }
@@ -385,6 +377,21 @@ impl Proc {
         let hint = self.no_test_hint();
         assert!(hint.is_empty(), "{}: {hint}{}", self.what, self.dump());
         std::mem::take(&mut self.pending)
+    }
+
+    /// Waits at most `timeout` for the exit, then for the end of the output; kills the
+    /// child and panics with its output if it runs past `timeout`.
+    fn exit_and_eof(&mut self, timeout: Duration) -> ExitStatus {
+        let Some(status) = self.wait_timeout(timeout) else {
+            self.kill();
+            panic!(
+                "{}: still running after {timeout:?}, killed{}",
+                self.what,
+                self.dump()
+            );
+        };
+        self.wait_eof();
+        status
     }
 
     /// Like [`Command::output`], bounded: waits at most `timeout` for the child to exit,
@@ -404,15 +411,7 @@ impl Proc {
     /// assert_eq!((out.status.code(), &out.stdout[..]), (Some(2), &b"hi\n"[..]));
     /// ```
     pub fn output(&mut self, timeout: Duration) -> Output {
-        let Some(status) = self.wait_timeout(timeout) else {
-            self.kill();
-            panic!(
-                "{}: still running after {timeout:?}, killed{}",
-                self.what,
-                self.dump()
-            );
-        };
-        self.wait_eof();
+        let status = self.exit_and_eof(timeout);
         Output {
             status,
             stdout: self.stdout().into_bytes(),
