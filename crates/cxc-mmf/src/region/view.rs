@@ -20,7 +20,7 @@ use super::validate::check_layout_shapes;
 /// [`FromBytes`] and [`KnownLayout`]: the atomic integers, arrays of views, `()`, and the
 /// `#[repr(C)]` structs of the primitives, which derive those traits. The derives refuse a
 /// field that is not valid for every bit pattern and a struct without a defined layout, so
-/// the compiler checks what a hand-written `unsafe impl` used to promise.
+/// the compiler checks what used to be promised by hand, layout by layout.
 ///
 /// What the bounds cannot say: that every byte of a view is inside an atomic. Structs of
 /// atomics are not zerocopy's `Immutable`, but Rust has no bound for "not `Immutable`", so
@@ -45,9 +45,11 @@ pub struct Mapped<H: AtomicView, S: AtomicView = ()> {
     _marker: PhantomData<(H, S)>,
 }
 
-// SAFETY: the mapping is only accessed through `&H` and `&S` (`AtomicView`s, which are
-// `Sync`, so references to them may be used from any thread); the raw pointers point into
-// `map`, which lives as long as `self` and is not tied to a thread.
+// SAFETY: the raw pointers are the only reason this is not derived. They point into
+// `map` (an `MmapRaw`, itself `Send + Sync`), which lives as long as `self` and is not tied
+// to a thread; through them the body is only reached as `&H`/`&S`, and `H`, `S` are
+// `Sync` (an `AtomicView` bound), so those references may be used from any thread. The
+// header is only touched through atomics (`HeaderWords`).
 unsafe impl<H: AtomicView, S: AtomicView> Send for Mapped<H, S> {}
 // SAFETY: as above; shared access is the point of atomics.
 unsafe impl<H: AtomicView, S: AtomicView> Sync for Mapped<H, S> {}
