@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use cxc::{EpochMode, FailoverWatchdog, HeartbeatOptions, HeartbeatTable};
 
 const GRACE: u64 = 3;
@@ -142,12 +142,4 @@ fn bench(c: &mut Criterion) {
     assert!(w_alive1024.scan().dead_slots.is_empty());
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(1));
-    targets = bench
-}
-criterion_main!(benches);
+cxc_benches::bench_main!(bench);

@@ -11,9 +11,8 @@
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use cxc::HeartbeatTable;
 
 /// The slot a naive implementation keeps behind a mutex (same fields as the table's).
@@ -119,12 +118,4 @@ fn bench(c: &mut Criterion) {
     assert!(table.unregister(slot));
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(1));
-    targets = bench
-}
-criterion_main!(benches);
+cxc_benches::bench_main!(bench);

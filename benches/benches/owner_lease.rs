@@ -7,9 +7,8 @@
 
 use std::hint::black_box;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use cxc::OwnerLease;
 
 fn bench(c: &mut Criterion) {
@@ -92,12 +91,4 @@ fn bench(c: &mut Criterion) {
     assert!(lease.release(me));
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(1));
-    targets = bench
-}
-criterion_main!(benches);
+cxc_benches::bench_main!(bench);

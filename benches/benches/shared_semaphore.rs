@@ -11,9 +11,8 @@
 
 use std::hint::black_box;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use cxc::SharedSemaphore;
 
 /// The seed's baseline semaphore.
@@ -88,12 +87,4 @@ fn bench(c: &mut Criterion) {
     assert_eq!(sem.available(), 4);
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
-        .sample_size(20)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(1));
-    targets = bench
-}
-criterion_main!(benches);
+cxc_benches::bench_main!(bench);

@@ -201,10 +201,8 @@ fn collect_criterion(dir: &Path, out: &mut BTreeMap<String, f64>) -> Result<(), 
             ) else {
                 continue;
             };
-            let id = json_string(&bench, "full_id");
-            let median = json_object(&est, "median").and_then(|m| json_number(m, "point_estimate"));
-            if let (Some(id), Some(m)) = (id, median) {
-                out.insert(id, m);
+            if let Some((id, median)) = criterion_median(&bench, &est) {
+                out.insert(id, median);
             }
         } else {
             collect_criterion(&path, out)?;
@@ -213,47 +211,14 @@ fn collect_criterion(dir: &Path, out: &mut BTreeMap<String, f64>) -> Result<(), 
     Ok(())
 }
 
-/// The string value of the first `"key":"..."` in `json` (no escapes expected in ids).
-fn json_string(json: &str, key: &str) -> Option<String> {
-    let rest = after_key(json, key)?;
-    let rest = rest.strip_prefix('"')?;
-    Some(rest[..rest.find('"')?].to_string())
-}
-
-/// The text of the object value of the first `"key":{...}` in `json`.
-fn json_object<'a>(json: &'a str, key: &str) -> Option<&'a str> {
-    let rest = after_key(json, key)?;
-    let rest = rest.strip_prefix('{')?;
-    let mut depth = 1;
-    for (i, c) in rest.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(&rest[..i]);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// The number value of the first `"key":<number>` in `json`.
-fn json_number(json: &str, key: &str) -> Option<f64> {
-    let rest = after_key(json, key)?;
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
-fn after_key<'a>(json: &'a str, key: &str) -> Option<&'a str> {
-    let pat = format!("\"{key}\"");
-    let i = json.find(&pat)?;
-    let rest = json[i + pat.len()..].trim_start();
-    Some(rest.strip_prefix(':')?.trim_start())
+/// A benchmark's id (`full_id` of criterion's `benchmark.json`) and median in ns
+/// (`median.point_estimate` of its `estimates.json`); `None` if either is missing.
+fn criterion_median(benchmark: &str, estimates: &str) -> Option<(String, f64)> {
+    let benchmark: serde_json::Value = serde_json::from_str(benchmark).ok()?;
+    let estimates: serde_json::Value = serde_json::from_str(estimates).ok()?;
+    let id = benchmark.get("full_id")?.as_str()?.to_owned();
+    let median = estimates.get("median")?.get("point_estimate")?.as_f64()?;
+    Some((id, median))
 }
 
 fn parse_xbench(
@@ -345,13 +310,12 @@ mod tests {
     #[test]
     fn extracts_criterion_fields() {
         let est = r#"{"mean":{"confidence_interval":{"confidence_level":0.95,"lower_bound":1.0,"upper_bound":2.0},"point_estimate":1.5,"standard_error":0.1},"median":{"confidence_interval":{"confidence_level":0.95,"lower_bound":3.0,"upper_bound":4.0},"point_estimate":3.25e1,"standard_error":0.1}}"#;
-        let m = json_object(est, "median").unwrap();
-        assert_eq!(json_number(m, "point_estimate"), Some(32.5));
         let b = r#"{"group_id":"owner_lease","function_id":"acquire_release/lease","value_str":null,"full_id":"owner_lease/acquire_release/lease","directory_name":"owner_lease/acquire_release_lease"}"#;
         assert_eq!(
-            json_string(b, "full_id").as_deref(),
-            Some("owner_lease/acquire_release/lease")
+            criterion_median(b, est),
+            Some(("owner_lease/acquire_release/lease".to_owned(), 32.5))
         );
+        assert_eq!(criterion_median(b, r#"{"mean":{}}"#), None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `cargo xtask`: project automation.
 //!
 //! Tasks: `loom` (all loom models under `cfg(cxc_loom)`, own target dir); `bench`
-//! (criterion benches + cross-process harness, writes `docs/BENCHMARKS.md`).
+//! (criterion benches + cross-process harness, writes `docs/BENCHMARKS.md`); `fuzz`
+//! (cargo-fuzz targets, nightly); `torture` (kills processes at random points and checks
+//! the invariants; `torture-supervise` and `torture-worker` are its own child roles).
 
 mod torture;
 
@@ -67,7 +69,7 @@ fn main() -> ExitCode {
         Some("torture-supervise") => torture::supervise(&args[1..]),
         Some("torture-worker") => torture::worker(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <loom|bench> [args]");
+            eprintln!("usage: cargo xtask <loom|bench|fuzz|torture> [args]");
             ExitCode::FAILURE
         }
     }

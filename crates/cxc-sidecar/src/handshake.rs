@@ -17,6 +17,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use zerocopy::{FromBytes, KnownLayout};
+
 use crate::clock::monotonic_ns;
 
 const GEN_MASK: u64 = 0xFFFF_FFFF;
@@ -179,6 +181,7 @@ const fn decode(word: u64) -> (Strategy, u32) {
 /// assert_eq!(hs.current(), (Strategy::Spin { budget_ns: 20_000 }, generation));
 /// assert_eq!(hs.spin_budget(), Some(Duration::from_micros(20)));
 /// ```
+#[derive(FromBytes, KnownLayout)]
 #[repr(C, align(64))]
 pub struct HandshakeHeader {
     word: AtomicU64,
@@ -189,11 +192,6 @@ pub struct HandshakeHeader {
 
 const _: () = assert!(size_of::<HandshakeHeader>() == 64);
 const _: () = assert!(align_of::<HandshakeHeader>() == 64);
-
-#[allow(unsafe_code)]
-// SAFETY: `HandshakeHeader` is `repr(C)` and made only of `AtomicU64`s: no padding, every
-// bit pattern valid (unknown tags decode to `Strategy::Unknown`), alignment 64 (asserted).
-unsafe impl cxc_mmf::AtomicView for HandshakeHeader {}
 
 impl Default for HandshakeHeader {
     fn default() -> Self {

@@ -20,6 +20,9 @@
 //!
 //! - [`AdaptiveInstance`]: the trait a primitive implements — kind, name, ring, handshake,
 //!   counters, [`apply`](AdaptiveInstance::apply) a strategy.
+//! - [`Instrumented`]: how the cxc primitives implement it — one [`Instruments`] view
+//!   (their handle's [`Observed`] switch, their file's counters, handshake and ring) and
+//!   the shared `note`/`bump` methods.
 //! - [`SidecarBox`]: owns an instance and keeps it registered with the process-global
 //!   [`Sidecar`] until dropped; derefs to it. Raw `create()`/`open()` stay unregistered
 //!   and pay nothing extra.
@@ -84,6 +87,7 @@ mod clock;
 mod export;
 mod handshake;
 mod instance;
+mod instrument;
 mod op;
 mod policy;
 mod ring;
@@ -94,6 +98,7 @@ pub use boxed::SidecarBox;
 pub use clock::monotonic_ns;
 pub use handshake::{HandshakeHeader, Strategy};
 pub use instance::{AdaptiveInstance, InstanceId, counter_values};
+pub use instrument::{Instrumented, Instruments, Observed};
 pub use op::{OpCode, flags};
 pub use policy::{AdaptiveSpin, AdaptiveSpinConfig, Hysteresis, Policy};
 pub use ring::{Observation, ObservationRing, RING_CAPACITY, ReadBatch};

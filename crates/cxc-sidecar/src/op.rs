@@ -25,20 +25,22 @@ pub enum OpCode {
 
     /// Lease claimed while vacant. `arg`: the new generation.
     LeaseClaimVacant,
-    /// Lease claimed by preempting a live higher-pid holder. `arg`: the previous holder's pid.
+    /// Lease claimed by preempting a live higher-pid holder. `arg`: the new generation.
     LeaseClaimPreempt,
-    /// Lease claimed from a holder whose heartbeat was stale. `arg`: the previous holder's pid.
+    /// Lease claimed from a holder whose heartbeat was stale. `arg`: the new generation.
     LeaseClaimStale,
-    /// Lease claimed from a holder the OS proved dead. `arg`: the previous holder's pid.
+    /// Lease claimed from a holder the OS proved dead. `arg`: the new generation.
     LeaseClaimDeadOwner,
-    /// Lease released. `arg`: the released generation.
+    /// Lease released by its holder (`release`, `release_claim`, a guard's drop). `arg`:
+    /// the released generation. A refused release is [`LeaseLossDetected`](Self::LeaseLossDetected).
     LeaseRelease,
     /// A holder learned it lost the lease (an owner operation failed). `arg`: its generation.
     LeaseLossDetected,
     /// A write/beat/release with a superseded claim was refused. `arg`: the stale generation.
     LeaseStaleWriteRejected,
-    /// A new holder inherited an interrupted write, or restored it. `arg`: the generation;
-    /// `flags`: [`flags::RESTORED`] when the torn payload was overwritten.
+    /// A new holder inherited an interrupted write (its claim reports the payload may be
+    /// inconsistent). `arg`: the new generation. Restorations are counted by the lease
+    /// counter `torn_restored`, not recorded.
     LeaseTornRecovered,
     /// A blocking acquire had to wait. `arg`: the wait in nanoseconds; `flags`: `WAIT_*`.
     LeaseBlockedWait,
@@ -75,8 +77,9 @@ pub mod flags {
     pub const WAIT_PARKED: u16 = 1 << 1;
     /// Wait ops: the waiter gave up at its deadline.
     pub const WAIT_TIMED_OUT: u16 = 1 << 2;
-    /// [`LeaseTornRecovered`](super::OpCode::LeaseTornRecovered): the torn payload was
-    /// overwritten by the new holder (without it: the torn payload was inherited).
+    /// Reserved for [`LeaseTornRecovered`](super::OpCode::LeaseTornRecovered) marking a
+    /// torn payload overwritten by the new holder. No primitive of this build sets it:
+    /// restorations are counted (the lease counter `torn_restored`), not recorded.
     pub const RESTORED: u16 = 1 << 3;
 }
 

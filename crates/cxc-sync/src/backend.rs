@@ -30,7 +30,7 @@ use crate::{OwnerLease, SharedSemaphore};
 
 /// A lease with fencing tokens: at most one holder at a time, a claim carries a
 /// generation that strictly increases on every handover, and every owner operation
-/// succeeds only while the claim is still the current one (DESIGN §3, L1–L3).
+/// succeeds only while the claim is still the current one (`docs/design.md` §3, L1–L3).
 ///
 /// A handle is one holder identity: two threads sharing a handle share its claim
 /// (claiming again while holding returns the same claim). Give each contender its own

@@ -4,8 +4,6 @@
 //! Elsewhere (and under loom) waiting degrades to a short sleep, which is correct but
 //! slower: every waiter re-checks its condition after any wake-up anyway.
 
-// Used by the semaphore; silences dead-code warnings on branches without it.
-
 use std::time::Duration;
 
 use crate::primitive::AtomicU32;

@@ -6,10 +6,7 @@ use std::time::{Duration, Instant};
 
 use cxc_sidecar::{AdaptiveInstance, AdaptiveSpin, Sidecar, SidecarBox, Strategy};
 use cxc_sync::{LeaseOptions, OwnerLease, Preemption};
-
-const ROLE: &str = "CXC_ADAPTIVE_ROLE";
-const PATH: &str = "CXC_ADAPTIVE_PATH";
-const REPORT: &str = "CXC_ADAPTIVE_REPORT";
+use cxc_testkit::{RoleCommand, in_role, path_arg, report};
 
 fn opts() -> LeaseOptions {
     LeaseOptions {
@@ -20,21 +17,19 @@ fn opts() -> LeaseOptions {
 
 /// Child: opens the lease raw and reports the strategy it sees and how it waits.
 fn child() {
-    let lease: OwnerLease<u64> =
-        OwnerLease::open(std::env::var(PATH).unwrap()).expect("child opens the lease");
+    let lease: OwnerLease<u64> = OwnerLease::open(path_arg("path")).expect("child opens the lease");
     let (s, generation) = lease.handshake().current();
     // The blocked-acquire path reads the same word: its spin budget.
-    let report = format!(
-        "CHILD strategy={s:?} generation={generation} budget={:?}\n",
+    report(format!(
+        "CHILD strategy={s:?} generation={generation} budget={:?}",
         lease.handshake().spin_budget()
-    );
-    std::fs::write(std::env::var(REPORT).unwrap(), report).unwrap();
+    ));
     std::process::exit(0);
 }
 
 #[test]
 fn adaptive_spin_switches_a_real_lease_and_another_process_follows() {
-    if std::env::var(ROLE).is_ok() {
+    if in_role("child") {
         child();
     }
     let dir = tempfile::tempdir().unwrap();
@@ -89,27 +84,17 @@ fn adaptive_spin_switches_a_real_lease_and_another_process_follows() {
         .count();
     assert!(waits > 0, "waits were recorded");
 
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "adaptive_spin_switches_a_real_lease_and_another_process_follows",
-            "--exact",
-            "--test-threads=1",
-        ])
-        .env(ROLE, "child")
-        .env(PATH, &path)
-        .env(REPORT, dir.path().join("report"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(dir.path().join("report")).unwrap_or_default();
-    let line = text
-        .lines()
+    let reports = RoleCommand::new(
+        "adaptive_spin_switches_a_real_lease_and_another_process_follows",
+        "child",
+    )
+    .arg("path", &path)
+    .spawn()
+    .finish(Duration::from_secs(60));
+    let line = reports
+        .iter()
         .find(|l| l.starts_with("CHILD"))
-        .unwrap_or_else(|| panic!("no child report: {text}"));
+        .unwrap_or_else(|| panic!("no child report: {reports:?}"));
     assert!(
         line.contains(&format!("strategy={strategy:?} generation={generation}")),
         "child sees {line}, parent published {strategy:?} gen {generation}"

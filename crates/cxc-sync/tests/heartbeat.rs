@@ -1,5 +1,5 @@
 //! Unit tests of `HeartbeatTable` and `FailoverWatchdog`: the seed's behaviours and the
-//! properties H1-H4 (DESIGN.md §3), in one process.
+//! properties H1-H4 (`docs/design.md` §3), in one process.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

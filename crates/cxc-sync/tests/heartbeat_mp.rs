@@ -1,16 +1,17 @@
 //! Multi-process tests of `HeartbeatTable` + `FailoverWatchdog`: real worker processes
-//! (this test binary re-executed with a role in `CXC_HB_ROLE`), one of them SIGKILLed
+//! (this test binary re-executed in a role, `cxc_testkit`), one of them SIGKILLed
 //! mid-work; the scheduler (the test process) reclaims and reassigns its work.
+
+mod ctl;
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, TypeFingerprint};
 use cxc_sync::{FailoverWatchdog, HeartbeatTable, heartbeat_counter as counter};
+use cxc_testkit::{Proc, RoleCommand, arg, path_arg, try_arg};
 
 const UNITS: u64 = 40;
 const ALL_DONE: u64 = (1 << UNITS) - 1;
@@ -18,60 +19,20 @@ const CAPACITY: usize = 3;
 
 /// The shared work queue (a second mapped file): `[next unit, redo bitmap, done bitmap,
 /// finish flag, ...]`.
-type Work = Mapped<[AtomicU64; 8]>;
+type Work = ctl::Ctl;
 const NEXT: usize = 0;
 const REDO: usize = 1;
 const DONE: usize = 2;
 const FINISH: usize = 3;
 
-fn work_layout() -> Layout {
-    Layout {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: 0,
-        payload: TypeFingerprint::NONE,
-        params: [0x4842_5750, 0, 0, 0],
-    }
-}
+/// How long a child may take to finish once told to.
+const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
-fn open_work(dir: &Path) -> Work {
-    let expect = Expect {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: Some(0),
-        max_capacity: 0,
-        payload: TypeFingerprint::NONE,
-        check_params: &|_| Ok(()),
-    };
-    Mapped::open(dir.join("work.cxc"), &expect).unwrap()
-}
-
-fn spawn(test: &str, role: &str, dir: &Path, id: usize, extra: &[(&str, &str)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("CXC_HB_ROLE", role)
-        .env("CXC_HB_DIR", dir)
-        .env("CXC_HB_ID", id.to_string())
-        .stdout(Stdio::null());
-    for (k, v) in extra {
-        cmd.env(k, v);
-    }
-    cmd.spawn().unwrap()
-}
-
-/// Child processes, killed (SIGKILL) and reaped on drop, so a failing test leaves no
-/// stalled worker behind.
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// Starts worker `id` of test `test` in `role`, sharing `dir`.
+fn spawn(test: &str, role: &str, dir: &Path, id: usize) -> RoleCommand {
+    RoleCommand::new(test, role)
+        .arg("dir", dir)
+        .arg("id", id.to_string())
 }
 
 fn log_path(dir: &Path, id: usize) -> PathBuf {
@@ -132,7 +93,7 @@ fn claim(t: &HeartbeatTable, slot: usize, w: &Work) -> Option<u8> {
 /// "done unit N", clears the bit; idles (beating) until the scheduler says finish.
 fn worker(dir: &Path, id: usize, stall_at: Option<usize>) {
     let t = HeartbeatTable::open(dir.join("hb.cxc"), CAPACITY).unwrap();
-    let w = open_work(dir);
+    let w = ctl::open(&dir.join("work.cxc"));
     let log = log_path(dir, id);
     let slot = t.register(std::process::id()).unwrap();
     append(&log, &format!("slot {slot}\n"));
@@ -168,11 +129,11 @@ fn worker(dir: &Path, id: usize, stall_at: Option<usize>) {
     assert!(t.unregister(slot));
 }
 
+/// In a child: its role, shared directory and worker id.
 fn role() -> Option<(String, PathBuf, usize)> {
-    let role = std::env::var("CXC_HB_ROLE").ok()?;
-    let dir = PathBuf::from(std::env::var_os("CXC_HB_DIR")?);
-    let id = std::env::var("CXC_HB_ID").ok()?.parse().ok()?;
-    Some((role, dir, id))
+    let role = cxc_testkit::role()?;
+    let id = arg("id").parse().expect("numeric worker id");
+    Some((role, path_arg("dir"), id))
 }
 
 fn logs(dir: &Path, id: usize) -> String {
@@ -190,37 +151,27 @@ const TEST_FAILOVER: &str = "killed_worker_units_are_reclaimed_and_slot_reused";
 fn killed_worker_units_are_reclaimed_and_slot_reused() {
     if let Some((role, dir, id)) = role() {
         assert_eq!(role, "worker");
-        let stall = std::env::var("CXC_HB_STALL")
-            .ok()
-            .map(|s| s.parse().unwrap());
+        let stall = try_arg("stall").map(|s| s.to_str().unwrap().parse().unwrap());
         return worker(&dir, id, stall);
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let table = HeartbeatTable::create(dir.join("hb.cxc"), CAPACITY).unwrap();
-    let work: Work = Mapped::create(
-        dir.join("work.cxc"),
-        work_layout(),
-        &CreateOptions::default(),
-        |_, _| {},
-    )
-    .unwrap();
+    let work: Work = ctl::create(&dir.join("work.cxc"));
     // Grace is generous (a live worker would have to stall ~1 s to be declared dead);
     // the killed worker is found at once by OS identity.
     let watchdog = FailoverWatchdog::with_grace(&table, 200);
 
     // Worker 0 stalls on its second unit and is killed there.
-    let mut kids = Kids(vec![spawn(
-        TEST_FAILOVER,
-        "worker",
-        dir,
-        0,
-        &[("CXC_HB_STALL", "2")],
-    )]);
+    let mut kids: Vec<Proc> = vec![
+        spawn(TEST_FAILOVER, "worker", dir, 0)
+            .arg("stall", "2")
+            .spawn(),
+    ];
     for id in 1..3 {
-        kids.0.push(spawn(TEST_FAILOVER, "worker", dir, id, &[]));
+        kids.push(spawn(TEST_FAILOVER, "worker", dir, id).spawn());
     }
-    let victim_pid = kids.0[0].id();
+    let victim_pid = kids[0].pid();
 
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut killed: Option<(usize, u64)> = None; // (slot, bits in flight at the kill)
@@ -250,8 +201,7 @@ fn killed_worker_units_are_reclaimed_and_slot_reused() {
                 let snap = table.snapshot(slot).unwrap();
                 if log.contains("done unit") && snap.pid == victim_pid && snap.in_flight_bitmap != 0
                 {
-                    kids.0[0].kill().unwrap(); // SIGKILL, mid-work
-                    kids.0[0].wait().unwrap();
+                    kids[0].kill(); // SIGKILL, mid-work
                     killed = Some((slot, snap.in_flight_bitmap));
                 }
             }
@@ -259,7 +209,7 @@ fn killed_worker_units_are_reclaimed_and_slot_reused() {
         if victim_slot_reclaimed && !newcomer {
             // A new worker registers after the reclaim: the table is full of live workers
             // except the victim's fenced slot, which it must reuse.
-            kids.0.push(spawn(TEST_FAILOVER, "worker", dir, 3, &[]));
+            kids.push(spawn(TEST_FAILOVER, "worker", dir, 3).spawn());
             newcomer = true;
         }
         if work.head()[DONE].load(Ordering::Acquire) == ALL_DONE && newcomer {
@@ -270,8 +220,8 @@ fn killed_worker_units_are_reclaimed_and_slot_reused() {
             }
         }
     }
-    for c in &mut kids.0[1..] {
-        assert!(c.wait().unwrap().success());
+    for c in &mut kids[1..] {
+        c.finish(CHILD_DEADLINE);
     }
 
     let (victim_slot, victim_bits) = killed.expect("victim killed");
@@ -336,8 +286,9 @@ fn os_dead_worker_detected_within_grace_and_idle_slot_reused() {
         FailoverWatchdog::with_grace(&table, 1_000_000).with_os_check_interval(Duration::ZERO);
 
     // A busy worker exits with a unit in flight: reported at once (lag far within grace).
-    let mut c = spawn(TEST_OS_DEAD, "busy", dir, 0, &[]);
-    assert!(c.wait().unwrap().success());
+    spawn(TEST_OS_DEAD, "busy", dir, 0)
+        .spawn()
+        .finish(CHILD_DEADLINE);
     let busy_slot = slot_of(&logs(dir, 0)).unwrap();
     let first = watchdog.scan(); // records the heartbeat
     let second = watchdog.scan(); // it did not move: ask the OS
@@ -351,8 +302,9 @@ fn os_dead_worker_detected_within_grace_and_idle_slot_reused() {
     // An idle worker exits: its slot is reused by register with no watchdog involved.
     let keep = table.register(4_100_000).unwrap(); // occupies the reclaimed slot
     assert_eq!(keep, busy_slot);
-    let mut c = spawn(TEST_OS_DEAD, "idle", dir, 1, &[]);
-    assert!(c.wait().unwrap().success());
+    spawn(TEST_OS_DEAD, "idle", dir, 1)
+        .spawn()
+        .finish(CHILD_DEADLINE);
     let idle_slot = slot_of(&logs(dir, 1)).unwrap();
     assert_ne!(idle_slot, keep);
     assert_eq!(table.register(4_100_001).unwrap(), idle_slot);

@@ -42,19 +42,7 @@ fn run(test: &str, fallback: bool) {
         Some("worker") => worker(),
         Some("impostor") => impostor(),
         Some(other) => panic!("unknown role {other}"),
-        None => {
-            if skip_unless_root(test) {
-                return;
-            }
-            let dir = tempfile::tempdir().unwrap();
-            let env: &[(&str, &str)] = if fallback {
-                &[("CXC_IDENTITY_FALLBACK", "1")]
-            } else {
-                &[]
-            };
-            let status = run_in_new_pidns(test, dir.path(), env);
-            assert!(status.success(), "the scenario failed: {status}");
-        }
+        None => run_reuse_test(test, fallback),
     }
 }
 
@@ -67,22 +55,22 @@ fn scenario(test: &str, fallback: bool) {
     assert!(table.mark_in_flight(mine, OWN_BIT));
 
     let mut worker = spawn(test, "worker", &dir(), &[]);
-    let line = wait_line("worker", "READY", &mut worker);
+    let line = wait_line(&mut worker, "READY");
     let slot: usize = line["READY ".len()..].parse().unwrap();
-    let wpid = worker.id();
+    let wpid = worker.pid();
     let recorded = table.snapshot(slot).unwrap().identity;
     assert!(recorded.is_known(), "{recorded:?}");
     assert_eq!(recorded.pid, wpid);
     assert_eq!(recorded.is_fallback(), fallback);
-    kill(&mut worker);
+    worker.kill();
     // Past the fallback path's same-tick window (start times have a 10 ms resolution: a
     // pid reused within one tick is indistinguishable there, see the identity docs).
     std::thread::sleep(Duration::from_millis(30));
 
     // A new process gets the dead worker's pid.
     let slot_env = slot.to_string();
-    let mut imp = spawn_with_pid(wpid, test, "impostor", &[("CXC_HB_SLOT", &slot_env)]);
-    let line = wait_line("impostor", "RESULT", &mut imp);
+    let mut imp = spawn_with_pid(wpid, test, "impostor", &[("slot", &slot_env)]);
+    let line = wait_line(&mut imp, "RESULT");
     assert_eq!(
         line, "RESULT beat=false mark=false clear=false unregister=false",
         "a process with a dead worker's pid acted for its slot"
@@ -126,7 +114,7 @@ fn scenario(test: &str, fallback: bool) {
         1 << OWN_BIT,
         "the live worker's unit was touched"
     );
-    kill(&mut imp);
+    imp.kill();
 }
 
 /// Registers its own pid, marks two units, beats, reports its slot, waits to be killed.
@@ -137,21 +125,20 @@ fn worker() {
         assert!(table.mark_in_flight(slot, bit));
     }
     assert!(table.beat(slot));
-    report("worker", &format!("READY {slot}"));
+    report(format!("READY {slot}"));
     park();
 }
 
 /// Has the dead worker's pid: tries to act for the worker's slot through a fresh handle.
 fn impostor() {
-    let slot: usize = std::env::var("CXC_HB_SLOT").unwrap().parse().unwrap();
+    let slot: usize = cxc_testkit::arg("slot").parse().unwrap();
     let table = HeartbeatTable::open(dir().join("hb.cxc"), CAPACITY).unwrap();
     let beat = table.beat(slot);
     let mark = table.mark_in_flight(slot, 7);
     let clear = table.clear_in_flight(slot, 3);
     let unregister = table.unregister(slot);
-    report(
-        "impostor",
-        &format!("RESULT beat={beat} mark={mark} clear={clear} unregister={unregister}"),
-    );
+    report(format!(
+        "RESULT beat={beat} mark={mark} clear={clear} unregister={unregister}"
+    ));
     park();
 }

@@ -16,6 +16,13 @@ fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
+/// A new `u64` lease, 0, in `d`.
+fn new_lease(d: &tempfile::TempDir) -> OwnerLease<u64> {
+    OwnerLease::builder(d.path().join("l"))
+        .create(0u64)
+        .unwrap()
+}
+
 const fn assert_send<T: Send>() {}
 const fn assert_sync<T: Sync>() {}
 const _: () = {
@@ -40,9 +47,7 @@ struct GuardIsNotSync;
 #[test]
 fn guard_releases_on_drop_early_return_and_panic() {
     let d = tmp();
-    let lease = OwnerLease::builder(d.path().join("l"))
-        .create(0u64)
-        .unwrap();
+    let lease = new_lease(&d);
     {
         let g = lease.try_lock().unwrap();
         g.write(1).unwrap();
@@ -114,9 +119,7 @@ fn unlock_reports_a_loss_with_the_successor_token() {
 #[test]
 fn guards_exclude_each_other_and_the_seed_calls_of_the_same_pid() {
     let d = tmp();
-    let lease = OwnerLease::builder(d.path().join("l"))
-        .create(0u64)
-        .unwrap();
+    let lease = new_lease(&d);
     let me = std::process::id();
     let g = lease.try_lock().unwrap();
     assert!(lease.try_lock().is_none(), "same handle");
@@ -141,11 +144,7 @@ fn guards_exclude_each_other_and_the_seed_calls_of_the_same_pid() {
 #[test]
 fn two_threads_one_guard_at_a_time_and_tokens_increase() {
     let d = tmp();
-    let lease = Arc::new(
-        OwnerLease::builder(d.path().join("l"))
-            .create(0u64)
-            .unwrap(),
-    );
+    let lease = Arc::new(new_lease(&d));
     let inside = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
     let threads: Vec<_> = (0..2)

@@ -1,8 +1,8 @@
-//! Multi-process tests of [`OwnerLease`] with real child processes (DESIGN §3, L1–L6).
+//! Multi-process tests of [`OwnerLease`] with real child processes (`docs/design.md` §3, L1–L6).
 //!
-//! Each test re-executes this test binary as child processes (`CXC_LEASE_ROLE=<role>`,
-//! parameters in `CXC_LEASE_*` variables); a test function that finds the role variable
-//! set plays that role and exits instead of running the parent side. Children are killed
+//! Each test re-executes this test binary as child processes in a role (`cxc_testkit`'s
+//! `RoleCommand`, role arguments `path`, `aux`, `grace`, `n`); a test function that finds
+//! itself in a role plays it and exits instead of running the parent side. Children are killed
 //! with SIGKILL, paused with SIGSTOP/SIGCONT, and parent and children synchronise through
 //! the lease file itself (owner, generation, counters) or small marker files, never through
 //! sleeps alone.
@@ -12,28 +12,23 @@
 //! and fails over only when its heartbeat is more than `grace` epochs old (heartbeat path).
 //! Fake pids are above `PID_MAX_LIMIT` (2^22), so they never name a real process.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod ctl;
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, TypeFingerprint};
+use std::ffi::OsStr;
+use std::fmt::Debug;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
 use cxc_sync::lease::counter;
 use cxc_sync::liveness::{ProcStatus, proc_status};
 use cxc_sync::{LeaseOptions, OwnerLease, Preemption};
+use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, path_arg, report, role, wait_for_path};
 
 // ---------------------------------------------------------------------------------------
-// Child-process plumbing
+// Child-process plumbing (cxc_testkit)
 // ---------------------------------------------------------------------------------------
-
-const ROLE_VAR: &str = "CXC_LEASE_ROLE";
-const PATH_VAR: &str = "CXC_LEASE_PATH";
-/// A second file: control block, marker or "go" file depending on the test.
-const AUX_VAR: &str = "CXC_LEASE_AUX";
-/// Where the child writes its `key=value` report.
-const REPORT_VAR: &str = "CXC_LEASE_REPORT";
-const GRACE_VAR: &str = "CXC_LEASE_GRACE";
-const COUNT_VAR: &str = "CXC_LEASE_N";
 
 /// Fake pids for children: above `PID_MAX_LIMIT` (4 194 304), never a real process.
 const FAKE_CHILD_BASE: u32 = 10_000_000;
@@ -43,10 +38,12 @@ const FAKE_PARENT_BASE: u32 = 5_000_000;
 
 /// How long a child waits for its parent before giving up (the parent has failed then).
 const CHILD_PATIENCE: Duration = Duration::from_secs(20);
+/// How long the parent waits for a child to do what it awaits.
+const PATIENCE: Duration = Duration::from_secs(5);
 
 /// If this process is a child, play its role and exit; otherwise return.
 fn child_dispatch() {
-    let Ok(role) = std::env::var(ROLE_VAR) else {
+    let Some(role) = role() else {
         return;
     };
     match role.as_str() {
@@ -61,197 +58,41 @@ fn child_dispatch() {
     std::process::exit(0);
 }
 
-fn env_path(var: &str) -> PathBuf {
-    PathBuf::from(std::env::var_os(var).unwrap_or_else(|| panic!("child needs {var}")))
+/// Starts this test binary as child `role` of test `test`, with role arguments `args`.
+fn spawn(test: &str, role: &str, args: &[(&str, &dyn AsRef<OsStr>)]) -> Proc {
+    args.iter()
+        .fold(RoleCommand::new(test, role), |cmd, (k, v)| cmd.arg(k, v))
+        .spawn()
 }
 
-fn env_u64(var: &str) -> u64 {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("child needs {var}"))
+/// Role argument `key` as a number.
+fn arg_u64(key: &str) -> u64 {
+    arg(key)
         .parse()
-        .unwrap_or_else(|_| panic!("{var} is not a number"))
+        .unwrap_or_else(|_| panic!("role argument {key} is not a number"))
 }
 
-/// Writes the child's report atomically (temporary file + rename).
-fn report(text: &str) {
-    let path = env_path(REPORT_VAR);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write report");
-    std::fs::rename(&tmp, &path).expect("publish report");
-}
-
-/// Parses a `key=value key=value` report.
-fn report_value(text: &str, key: &str) -> String {
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+/// The value of `key` in a `key=value` report, parsed.
+fn report_field<T: FromStr<Err: Debug>>(text: &str, key: &str) -> T {
+    fields(text)
+        .get(key)
         .unwrap_or_else(|| panic!("report {text:?} has no {key}"))
-        .to_string()
-}
-
-fn report_u64(text: &str, key: &str) -> u64 {
-    report_value(text, key)
         .parse()
-        .expect("numeric report value")
-}
-
-fn report_bool(text: &str, key: &str) -> bool {
-    report_value(text, key)
-        .parse()
-        .expect("boolean report value")
+        .expect("report value")
 }
 
 /// Waits (in a child) until `path` exists; exits with code 4 if the parent never creates it.
 fn child_wait_for_file(path: &Path) {
-    let deadline = Instant::now() + CHILD_PATIENCE;
-    while !path.exists() {
-        if Instant::now() > deadline {
-            std::process::exit(4);
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    if !wait_for_path(path, CHILD_PATIENCE) {
+        std::process::exit(4);
     }
 }
 
-/// A child process; killed and reaped on drop so a failing parent leaves no strays.
-struct Kid {
-    child: Child,
-    reaped: Option<ExitStatus>,
-}
-
-impl Kid {
-    fn spawn(test: &str, role: &str, envs: &[(&str, &dyn AsRef<std::ffi::OsStr>)]) -> Kid {
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut cmd = Command::new(exe);
-        // `--include-ignored`: the child must run its role even for an ignored test.
-        cmd.args([
-            test,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--include-ignored",
-        ])
-        .env(ROLE_VAR, role)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        Kid {
-            child: cmd.spawn().expect("spawn child"),
-            reaped: None,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// `Some(status)` once the child has exited (reaps it).
-    fn exited(&mut self) -> Option<ExitStatus> {
-        if self.reaped.is_none() {
-            self.reaped = self.child.try_wait().expect("try_wait");
-        }
-        self.reaped
-    }
-
-    /// SIGKILL, without reaping (the child stays a zombie until [`Kid::reap`]).
-    fn sigkill(&mut self) {
-        self.child.kill().expect("SIGKILL child");
-    }
-
-    fn signal(&self, sig: rustix::process::Signal) {
-        let pid = i32::try_from(self.pid())
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .expect("child pid");
-        rustix::process::kill_process(pid, sig).expect("signal child");
-    }
-
-    fn reap(&mut self) -> ExitStatus {
-        if let Some(s) = self.reaped {
-            return s;
-        }
-        let s = self.child.wait().expect("wait child");
-        self.reaped = Some(s);
-        s
-    }
-
-    /// Waits for the child to exit on its own within `timeout`.
-    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.exited() {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "child {} did not exit within {timeout:?}",
-                self.pid()
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Polls `cond` until it holds; fails if the child exits first or `timeout` passes.
-    fn wait_for(&mut self, what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if cond() {
-                return;
-            }
-            if let Some(s) = self.exited() {
-                panic!(
-                    "child {} exited ({s}) while waiting for: {what}",
-                    self.pid()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out ({timeout:?}) waiting for: {what}"
-            );
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-
-    /// Waits until the SIGKILLed child is a zombie (dead, not reaped).
-    fn wait_for_zombie(&mut self) {
-        let pid = self.pid();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while proc_status(pid) != ProcStatus::Zombie {
-            assert!(
-                Instant::now() < deadline,
-                "child {pid} did not die after SIGKILL"
-            );
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-
-    /// Waits until `/proc` shows the child stopped (after SIGSTOP).
-    fn wait_stopped(&mut self) {
-        let pid = self.pid();
-        self.wait_for("child stopped", Duration::from_secs(5), || {
-            proc_state(pid) == Some('T')
-        });
-    }
-}
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        if self.reaped.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The state letter of `/proc/<pid>/stat` (field 3).
-fn proc_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
+/// Waits for the child to exit with status 0 and returns its one report.
+fn finish_report(kid: &mut Proc, timeout: Duration) -> String {
+    let reports = kid.finish(timeout);
+    assert_eq!(reports.len(), 1, "one report expected: {reports:?}");
+    reports.into_iter().next().expect("one report")
 }
 
 fn never() -> LeaseOptions {
@@ -261,44 +102,14 @@ fn never() -> LeaseOptions {
     }
 }
 
-fn wait_exit_ok(kid: &mut Kid, timeout: Duration) {
-    let s = kid.wait_exit(timeout);
-    assert!(s.success(), "child {} failed: {s}", kid.child.id());
-}
-
-/// A small xorshift64* generator (no extra dependency), seeded from the clock and pid.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> (Rng, u64) {
-        let t = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_nanos() as u64;
-        let seed = (t ^ u64::from(std::process::id()).rotate_left(32)) | 1;
-        (Rng(seed), seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // 1. Heartbeat failover
 // ---------------------------------------------------------------------------------------
 
 /// Child: claims with a fake pid and beats about every millisecond.
 fn role_beater() {
-    let lease = OwnerLease::<u64>::open(env_path(PATH_VAR)).expect("open lease");
-    let grace = env_u64(GRACE_VAR);
+    let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
+    let grace = arg_u64("grace");
     let fake = FAKE_CHILD_BASE + std::process::id();
     let claim = lease.try_claim(fake, grace).expect("lease is vacant");
     let mut i = 0u64;
@@ -329,15 +140,15 @@ fn standby_takes_over_after_sigstop_heartbeat_path() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("hb.lease");
     let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).expect("create");
-    let mut kid = Kid::spawn(
+    let mut kid = spawn(
         "standby_takes_over_after_sigstop_heartbeat_path",
         "beater",
-        &[(PATH_VAR, &path), (GRACE_VAR, &GRACE.to_string())],
+        &[("path", &path), ("grace", &GRACE.to_string())],
     );
     let child_fake = FAKE_CHILD_BASE + kid.pid();
     let me = FAKE_PARENT_BASE + std::process::id();
     assert!(me < child_fake);
-    kid.wait_for("child holds the lease", Duration::from_secs(5), || {
+    kid.wait_while_alive("child holds the lease", PATIENCE, || {
         lease.current_owner() == Some(child_fake)
     });
     let child_gen = lease.lease_term();
@@ -353,7 +164,7 @@ fn standby_takes_over_after_sigstop_heartbeat_path() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert!(kid.exited().is_none(), "child lost the lease while alive");
+    assert!(kid.try_wait().is_none(), "child lost the lease while alive");
     let st = lease.status();
     assert_eq!(st.owner, Some(child_fake));
     assert!(
@@ -362,8 +173,8 @@ fn standby_takes_over_after_sigstop_heartbeat_path() {
     );
 
     // SIGSTOP: after this no beat can land, and the OS still says the holder lives.
-    kid.signal(rustix::process::Signal::STOP);
-    kid.wait_stopped();
+    kid.stop();
+    kid.wait_state('T', PATIENCE);
     let hb = lease.status().heartbeat_epoch;
     let e0 = lease.current_epoch();
     let t0 = Instant::now();
@@ -397,8 +208,7 @@ fn standby_takes_over_after_sigstop_heartbeat_path() {
         at - e0,
         t0.elapsed()
     );
-    kid.sigkill();
-    kid.reap();
+    kid.kill();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -409,7 +219,7 @@ const NO_STALENESS: u64 = u64::MAX / 2;
 
 /// Child: claims with its real pid and never beats.
 fn role_holder() {
-    let lease = OwnerLease::<u64>::open(env_path(PATH_VAR)).expect("open lease");
+    let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
     let _claim = lease
         .try_claim(std::process::id(), NO_STALENESS)
         .expect("lease is vacant");
@@ -431,13 +241,13 @@ fn standby_takes_over_after_sigkill_identity_path() {
     let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).expect("create");
     let me = std::process::id();
     let spawn_holder = |lease: &OwnerLease<u64>| {
-        let mut kid = Kid::spawn(
+        let mut kid = spawn(
             "standby_takes_over_after_sigkill_identity_path",
             "holder",
-            &[(PATH_VAR, &path)],
+            &[("path", &path)],
         );
         let pid = kid.pid();
-        kid.wait_for(
+        kid.wait_while_alive(
             "child holds the lease with a recorded identity",
             Duration::from_secs(5),
             || {
@@ -469,18 +279,18 @@ fn standby_takes_over_after_sigkill_identity_path() {
             (c, Instant::now())
         });
         // The waiter is asleep in the kernel once it has counted a blocked wait.
-        kid.wait_for("acquirer is blocked", Duration::from_secs(5), || {
+        kid.wait_while_alive("acquirer is blocked", PATIENCE, || {
             lease.status().counters[counter::BLOCKED_WAITS] > waits_before
         });
         let killed_at = Instant::now();
-        kid.sigkill();
+        kid.kill_unreaped();
         let (c, got_at) = waiter.join().expect("acquirer thread");
         (c, got_at.saturating_duration_since(killed_at))
     });
     // Not reaped yet: the dead holder is a zombie, and must have counted as dead.
     assert_eq!(proc_status(kid.pid()), ProcStatus::Zombie);
     let claim = claim.expect("blocked acquire did not take over from the killed holder");
-    kid.reap();
+    kid.kill();
     println!("identity path: blocked acquire took over {latency:?} after SIGKILL");
     assert!(
         latency < Duration::from_secs(1),
@@ -494,7 +304,7 @@ fn standby_takes_over_after_sigkill_identity_path() {
     let gen2 = lease.lease_term();
     assert!(lease.try_claim(me, NO_STALENESS).is_none());
     let killed_at = Instant::now();
-    kid.sigkill();
+    kid.kill_unreaped();
     let claim = loop {
         if let Some(c) = lease.try_claim(me, NO_STALENESS) {
             break c;
@@ -508,7 +318,7 @@ fn standby_takes_over_after_sigkill_identity_path() {
     };
     let latency = killed_at.elapsed();
     assert_eq!(proc_status(kid.pid()), ProcStatus::Zombie);
-    kid.reap();
+    kid.kill();
     println!("identity path: polling try_claim took over {latency:?} after SIGKILL");
     assert!(
         latency < Duration::from_secs(1),
@@ -554,7 +364,7 @@ const WRITER_GRACE: u64 = 1_000;
 /// it can, through `write_claimed`, `with_lease` on the held lease, and every 512 updates
 /// a release + `with_lease` on a fresh claim (closure under the write flag) + re-claim.
 fn role_writer() {
-    let lease = OwnerLease::<Words>::open(env_path(PATH_VAR)).expect("open lease");
+    let lease = OwnerLease::<Words>::open(path_arg("path")).expect("open lease");
     let me = std::process::id();
     let mut claim = lease.try_claim(me, WRITER_GRACE).expect("lease is vacant");
     let mut cur = lease.read_claimed(&claim).expect("read as holder");
@@ -611,28 +421,29 @@ fn writer_killed_mid_write_never_exposes_torn_payload() {
     let path = dir.path().join("torn.lease");
     let lease = OwnerLease::<Words>::create_with(&path, payload(0), &never()).expect("create");
     let me = std::process::id();
-    let (mut rng, seed) = Rng::seeded();
+    let mut rng = Rng::for_test();
+    let seed = rng.seed();
     let mut last_seq = 0u64;
     let mut torn_rounds = 0usize;
     let mut progressed = 0usize;
     let mut no_identity = 0usize;
     for round in 0..ROUNDS {
-        let mut kid = Kid::spawn(
+        let mut kid = spawn(
             "writer_killed_mid_write_never_exposes_torn_payload",
             "writer",
-            &[(PATH_VAR, &path)],
+            &[("path", &path)],
         );
         let pid = kid.pid();
-        kid.wait_for("child holds the lease", Duration::from_secs(5), || {
+        kid.wait_while_alive("child holds the lease", PATIENCE, || {
             lease.current_owner() == Some(pid)
         });
-        std::thread::sleep(Duration::from_millis(rng.range(1, 30)));
-        if let Some(s) = kid.exited() {
+        std::thread::sleep(Duration::from_millis(rng.range(1, 31)));
+        if let Some(s) = kid.try_wait() {
             panic!("round {round}: writer exited early ({s}); seed {seed:#x}");
         }
-        kid.sigkill();
+        kid.kill_unreaped();
         // Dead for certain (a zombie, not reaped) before anyone takes over.
-        kid.wait_for_zombie();
+        kid.wait_state('Z', PATIENCE);
         let t0 = Instant::now();
         let claim = loop {
             if let Some(c) = lease.acquire(me, WRITER_GRACE, Duration::from_millis(200)) {
@@ -680,7 +491,7 @@ fn writer_killed_mid_write_never_exposes_torn_payload() {
             assert!(!lease.payload_torn());
         }
         assert!(lease.release_claim(&claim));
-        kid.reap();
+        kid.kill();
     }
     println!(
         "killed-writer rounds: {ROUNDS}, reported payload_may_be_inconsistent: {torn_rounds}, \
@@ -704,39 +515,14 @@ const W_VIOLATIONS: usize = 1;
 const W_READY: usize = 2;
 const W_GO: usize = 3;
 
-type Ctl = Mapped<[AtomicU64; 8]>;
-
-fn ctl_layout() -> Layout {
-    Layout {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: 0,
-        payload: TypeFingerprint::NONE,
-        params: [0; 4],
-    }
-}
-
-fn ctl_expect() -> Expect<'static> {
-    Expect {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: Some(0),
-        max_capacity: 0,
-        payload: TypeFingerprint::NONE,
-        check_params: &|_| Ok(()),
-    }
-}
-
 const HAMMER_GRACE: u64 = 1_000;
 
 /// Child: performs `N` successful increments, alternating `with_lease` and
 /// `try_claim` + `read_claimed` + `write_claimed` + `release_claim`.
 fn role_hammer() {
-    let lease = OwnerLease::<u64>::open(env_path(PATH_VAR)).expect("open lease");
-    let ctl = Ctl::open(env_path(AUX_VAR), &ctl_expect()).expect("open control file");
-    let n = env_u64(COUNT_VAR);
+    let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
+    let ctl = ctl::open(&path_arg("aux"));
+    let n = arg_u64("n");
     let c = ctl.head();
     c[W_READY].fetch_add(1, Ordering::SeqCst);
     let deadline = Instant::now() + CHILD_PATIENCE;
@@ -775,7 +561,7 @@ fn role_hammer() {
             lease.release_claim(&claim);
         }
     }
-    report(&format!(
+    report(format!(
         "with={ok_with} claimed={ok_claim} refused={lost_writes} attempts={i} violations={violations}"
     ));
 }
@@ -793,29 +579,17 @@ fn two_processes_no_lost_update() {
     let path = dir.path().join("count.lease");
     let ctl_path = dir.path().join("ctl.cxc");
     let lease = OwnerLease::<u64>::create(&path, 0).expect("create");
-    let ctl = Ctl::create(
-        &ctl_path,
-        ctl_layout(),
-        &CreateOptions::default(),
-        |_, _| {},
-    )
-    .expect("create control file");
+    let ctl = ctl::create(&ctl_path);
     let c = ctl.head();
-    let reports: Vec<PathBuf> = (0..2).map(|k| dir.path().join(format!("r{k}"))).collect();
     let n = N.to_string();
     let mut kids = Vec::new();
-    for (k, rep) in reports.iter().enumerate() {
-        let mut kid = Kid::spawn(
+    for k in 0..2 {
+        let mut kid = spawn(
             TEST,
             "hammer",
-            &[
-                (PATH_VAR, &path),
-                (AUX_VAR, &ctl_path),
-                (COUNT_VAR, &n),
-                (REPORT_VAR, rep),
-            ],
+            &[("path", &path), ("aux", &ctl_path), ("n", &n)],
         );
-        kid.wait_for("child ready", Duration::from_secs(5), || {
+        kid.wait_while_alive("child ready", PATIENCE, || {
             c[W_READY].load(Ordering::SeqCst) == k as u64 + 1
         });
         if k == 0 {
@@ -827,21 +601,22 @@ fn two_processes_no_lost_update() {
     }
     let t0 = Instant::now();
     c[W_GO].store(1, Ordering::SeqCst);
-    for kid in &mut kids {
-        wait_exit_ok(kid, Duration::from_secs(8));
-    }
+    let texts: Vec<String> = kids
+        .iter_mut()
+        .map(|kid| finish_report(kid, Duration::from_secs(8)))
+        .collect();
     let elapsed = t0.elapsed();
     let mut total = 0;
-    for (kid, rep) in kids.iter().zip(&reports) {
-        let text = std::fs::read_to_string(rep).expect("child report");
-        let (with, claimed) = (report_u64(&text, "with"), report_u64(&text, "claimed"));
+    for (kid, text) in kids.iter().zip(&texts) {
+        let (with, claimed): (u64, u64) =
+            (report_field(text, "with"), report_field(text, "claimed"));
         println!("child {}: {text}", kid.pid());
         assert_eq!(with + claimed, N);
         assert!(
             with > 0 && claimed > 0,
             "both update paths must be exercised: {text}"
         );
-        assert_eq!(report_u64(&text, "violations"), 0);
+        assert_eq!(report_field::<u64>(text, "violations"), 0);
         total += with + claimed;
     }
     let me = std::process::id();
@@ -874,11 +649,24 @@ fn two_processes_no_lost_update() {
 
 const PAUSE_GRACE: u64 = 10;
 
+/// Ticks the epoch past `PAUSE_GRACE` epochs after heartbeat `hb`, checking at every
+/// tick within the grace that `me` cannot take the lease over.
+fn tick_through_grace(lease: &OwnerLease<u64>, me: u32, hb: u64) {
+    while lease.current_epoch() < hb + PAUSE_GRACE {
+        lease.tick_epoch();
+        assert!(
+            lease.try_claim(me, PAUSE_GRACE).is_none(),
+            "took over within grace"
+        );
+    }
+    lease.tick_epoch();
+}
+
 /// Child: claims with a fake pid, writes 111, creates the marker file, waits for the go
 /// file, then tries every owner operation with its old claim and reports the results.
 fn role_paused() {
-    let lease = OwnerLease::<u64>::open(env_path(PATH_VAR)).expect("open lease");
-    let aux = env_path(AUX_VAR);
+    let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
+    let aux = path_arg("aux");
     let fake = FAKE_CHILD_BASE + std::process::id();
     let claim = lease.try_claim(fake, PAUSE_GRACE).expect("lease is vacant");
     assert!(lease.write_claimed(&claim, 111));
@@ -896,7 +684,7 @@ fn role_paused() {
     let with = lease
         .with_lease(fake, PAUSE_GRACE, |v| *v = 0xBAD3)
         .is_some();
-    report(&format!(
+    report(format!(
         "write={write} beat={beat} release={release} current={current} read={read} \
          write_pid={write_pid} read_pid={read_pid} beat_pid={beat_pid} \
          release_pid={release_pid} with={with}"
@@ -912,32 +700,23 @@ fn paused_owner_write_rejected_after_takeover() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("paused.lease");
     let aux = dir.path().join("sig");
-    let rep = dir.path().join("report");
     let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).expect("create");
-    let mut kid = Kid::spawn(
+    let mut kid = spawn(
         "paused_owner_write_rejected_after_takeover",
         "paused",
-        &[(PATH_VAR, &path), (AUX_VAR, &aux), (REPORT_VAR, &rep)],
+        &[("path", &path), ("aux", &aux)],
     );
     let fake = FAKE_CHILD_BASE + kid.pid();
-    kid.wait_for(
+    kid.wait_while_alive(
         "child holds the lease and wrote",
         Duration::from_secs(5),
         || lease.current_owner() == Some(fake) && aux.with_extension("held").exists(),
     );
-    kid.signal(rustix::process::Signal::STOP);
-    kid.wait_stopped();
+    kid.stop();
+    kid.wait_state('T', PATIENCE);
     let old_gen = lease.lease_term();
     let me = std::process::id();
-    let hb = lease.status().heartbeat_epoch;
-    while lease.current_epoch() < hb + PAUSE_GRACE {
-        lease.tick_epoch();
-        assert!(
-            lease.try_claim(me, PAUSE_GRACE).is_none(),
-            "took over within grace"
-        );
-    }
-    lease.tick_epoch();
+    tick_through_grace(&lease, me, lease.status().heartbeat_epoch);
     let mine = lease
         .try_claim(me, PAUSE_GRACE)
         .expect("stale holder is taken over");
@@ -949,9 +728,8 @@ fn paused_owner_write_rejected_after_takeover() {
     assert_eq!(lease.read_claimed(&mine), Some(111));
     assert!(lease.write_claimed(&mine, 222));
     std::fs::write(aux.with_extension("go"), b"").expect("go file");
-    kid.signal(rustix::process::Signal::CONT);
-    wait_exit_ok(&mut kid, Duration::from_secs(5));
-    let text = std::fs::read_to_string(&rep).expect("child report");
+    kid.cont();
+    let text = finish_report(&mut kid, PATIENCE);
     println!("resumed old holder: {text}");
     for key in [
         "write",
@@ -966,7 +744,7 @@ fn paused_owner_write_rejected_after_takeover() {
         "with",
     ] {
         assert!(
-            !report_bool(&text, key),
+            !report_field::<bool>(&text, key),
             "stale holder's {key} succeeded: {text}"
         );
     }
@@ -981,13 +759,13 @@ fn paused_owner_write_rejected_after_takeover() {
 // 6.-8. Paused in the middle of a `with_lease` closure
 // ---------------------------------------------------------------------------------------
 
-/// Child: runs `with_lease` (real or fake pid, per `CXC_LEASE_N`: 1 = real) whose closure
+/// Child: runs `with_lease` (real or fake pid, per role argument `n`: 1 = real) whose closure
 /// creates the marker file, waits for the go file and stores 0xBAD; reports whether
 /// `with_lease` published.
 fn role_closure() {
-    let lease = OwnerLease::<u64>::open(env_path(PATH_VAR)).expect("open lease");
-    let aux = env_path(AUX_VAR);
-    let pid = if env_u64(COUNT_VAR) == 1 {
+    let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
+    let aux = path_arg("aux");
+    let pid = if arg_u64("n") == 1 {
         std::process::id()
     } else {
         FAKE_CHILD_BASE + std::process::id()
@@ -997,27 +775,22 @@ fn role_closure() {
         child_wait_for_file(&aux.with_extension("go"));
         *v = 0xBAD;
     });
-    report(&format!("published={}", r.is_some()));
+    report(format!("published={}", r.is_some()));
 }
 
 /// Starts a `role_closure` child and waits until it is stopped inside its closure.
-fn stopped_in_closure(test: &str, path: &Path, aux: &Path, rep: &Path, real_pid: bool) -> Kid {
+fn stopped_in_closure(test: &str, path: &Path, aux: &Path, real_pid: bool) -> Proc {
     let mode = if real_pid { "1" } else { "0" };
-    let mut kid = Kid::spawn(
+    let mut kid = spawn(
         test,
         "closure",
-        &[
-            (PATH_VAR, &path),
-            (AUX_VAR, &aux),
-            (REPORT_VAR, &rep),
-            (COUNT_VAR, &mode),
-        ],
+        &[("path", &path), ("aux", &aux), ("n", &mode)],
     );
-    kid.wait_for("child inside its closure", Duration::from_secs(5), || {
+    kid.wait_while_alive("child inside its closure", PATIENCE, || {
         aux.with_extension("inside").exists()
     });
-    kid.signal(rustix::process::Signal::STOP);
-    kid.wait_stopped();
+    kid.stop();
+    kid.wait_state('T', PATIENCE);
     kid
 }
 
@@ -1030,9 +803,9 @@ fn stopped_writer_is_replaced_and_never_published(test: &str, real_pid: bool) {
     child_dispatch();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mid.lease");
-    let (aux, rep) = (dir.path().join("sig"), dir.path().join("report"));
+    let aux = dir.path().join("sig");
     let lease = OwnerLease::<u64>::create_with(&path, 1, &never()).expect("create");
-    let mut kid = stopped_in_closure(test, &path, &aux, &rep, real_pid);
+    let mut kid = stopped_in_closure(test, &path, &aux, real_pid);
     let pid = if real_pid {
         kid.pid()
     } else {
@@ -1044,15 +817,7 @@ fn stopped_writer_is_replaced_and_never_published(test: &str, real_pid: bool) {
         "{st:?}"
     );
     let me = std::process::id();
-    let hb = st.heartbeat_epoch;
-    while lease.current_epoch() < hb + PAUSE_GRACE {
-        lease.tick_epoch();
-        assert!(
-            lease.try_claim(me, PAUSE_GRACE).is_none(),
-            "took over within grace"
-        );
-    }
-    lease.tick_epoch();
+    tick_through_grace(&lease, me, st.heartbeat_epoch);
     let mine = lease
         .acquire(me, PAUSE_GRACE, Duration::from_secs(2))
         .expect("a stopped writer is replaced after the grace");
@@ -1061,10 +826,9 @@ fn stopped_writer_is_replaced_and_never_published(test: &str, real_pid: bool) {
     assert!(lease.write_claimed(&mine, 222));
     assert_eq!(lease.status().counters[counter::QUARANTINED], 1);
     std::fs::write(aux.with_extension("go"), b"").expect("go file");
-    kid.signal(rustix::process::Signal::CONT);
-    wait_exit_ok(&mut kid, Duration::from_secs(5));
-    let text = std::fs::read_to_string(&rep).expect("child report");
-    assert!(!report_bool(&text, "published"), "{text}");
+    kid.cont();
+    let text = finish_report(&mut kid, PATIENCE);
+    assert!(!report_field::<bool>(&text, "published"), "{text}");
     assert!(lease.is_current(&mine));
     assert_eq!(
         lease.read_claimed(&mine),

@@ -1,4 +1,4 @@
-//! Attacks on the owner lease's ownership promises (DESIGN §3: L1–L7 and the identity
+//! Attacks on the owner lease's ownership promises (`docs/design.md` §3: L1–L7 and the identity
 //! model) with real processes: a sibling thread releasing a claim mid-write, a writer
 //! stalled in a signal handler or stopped with SIGSTOP, a claim made for another live
 //! process's pid, a full identity table, fork without exec, the fallback identity path

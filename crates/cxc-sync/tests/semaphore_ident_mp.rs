@@ -42,13 +42,13 @@ fn release_by_a_non_holder_returns_false_and_changes_nothing() {
         Some("holder") => {
             let sem = SharedSemaphore::open(sem_path()).unwrap();
             std::mem::forget(sem.acquire());
-            report("holder", "HELD");
+            report("HELD");
             // Release when told to (the file `go` appears).
             while !dir().join("go").exists() {
                 std::thread::sleep(Duration::from_millis(2));
             }
             let ok = sem.release();
-            report("holder", &format!("RELEASED {ok} {}", sem.available()));
+            report(format!("RELEASED {ok} {}", sem.available()));
             park();
         }
         Some("stranger") => {
@@ -56,20 +56,17 @@ fn release_by_a_non_holder_returns_false_and_changes_nothing() {
             let before = sem.available();
             let ok = sem.release();
             let again = sem.release();
-            report(
-                "stranger",
-                &format!("RESULT {ok} {again} {before} {}", sem.available()),
-            );
+            report(format!("RESULT {ok} {again} {before} {}", sem.available()));
             park();
         }
         Some(other) => panic!("unknown role {other}"),
         None => run_kids(|d| {
             let sem = SharedSemaphore::create(d.join("sem"), 1, 1).unwrap();
             let mut holder = spawn(NON_HOLDER, "holder", d, &[]);
-            wait_line_in(d, "holder", "HELD", &mut holder);
+            wait_line(&mut holder, "HELD");
             assert_eq!(sem.available(), 0);
             let mut stranger = spawn(NON_HOLDER, "stranger", d, &[]);
-            let line = wait_line_in(d, "stranger", "RESULT", &mut stranger);
+            let line = wait_line(&mut stranger, "RESULT");
             assert_eq!(
                 line, "RESULT false false 0 0",
                 "a process holding no permit released one"
@@ -79,16 +76,16 @@ fn release_by_a_non_holder_returns_false_and_changes_nothing() {
             assert_eq!(sem.available(), 0);
             let held: Vec<(u32, u32)> = sem.holders().iter().map(|h| (h.pid, h.held)).collect();
             assert!(
-                held.contains(&(holder.id(), 1)),
+                held.contains(&(holder.pid(), 1)),
                 "the holder's permit is still its own: {held:?}"
             );
             assert!(sem.try_acquire().is_none(), "max_permits 1 exceeded");
             assert!(sem.stats().not_held_rejected >= 3);
             std::fs::write(d.join("go"), b"").unwrap();
-            let line = wait_line_in(d, "holder", "RELEASED", &mut holder);
+            let line = wait_line(&mut holder, "RELEASED");
             assert_eq!(line, "RELEASED true 1");
-            kill(&mut holder);
-            kill(&mut stranger);
+            holder.kill();
+            stranger.kill();
             assert_eq!(sem.available(), 1);
         }),
     }
@@ -121,18 +118,17 @@ fn holder_whose_main_thread_exited_is_not_reclaimed() {
                 libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
             }
             // This (worker) thread keeps the permit and lives on.
-            report(&std::env::var("CXC_NAME").unwrap(), "HOLDING");
+            report("HOLDING");
             park();
         }
         Some(other) => panic!("unknown role {other}"),
         None => run_kids(|d| {
             let sem = SharedSemaphore::create(d.join("sem"), 1, 1).unwrap();
             for run in 0..5 {
-                let name = format!("kid{run}");
-                let mut kid = spawn(MAIN_EXIT, "main_exits", d, &[("CXC_NAME", &name)]);
-                wait_line_in(d, &name, "HOLDING", &mut kid);
+                let mut kid = spawn(MAIN_EXIT, "main_exits", d, &[]);
+                wait_line(&mut kid, "HOLDING");
                 let t0 = Instant::now();
-                while proc_status(kid.id()) != ProcStatus::Zombie {
+                while proc_status(kid.pid()) != ProcStatus::Zombie {
                     assert!(
                         t0.elapsed() < Duration::from_secs(10),
                         "main thread never exited"
@@ -153,7 +149,7 @@ fn holder_whose_main_thread_exited_is_not_reclaimed() {
                 }
                 assert_eq!(sem.available(), 0);
                 // Once the whole process is gone, its permit comes back.
-                kill(&mut kid);
+                kid.kill();
                 assert_eq!(sem.reclaim_dead(), 1, "run {run}: the dead holder's permit");
                 assert_eq!(sem.available(), 1);
             }
@@ -179,31 +175,31 @@ fn full_table_is_an_error_at_open_and_dead_slots_are_reused() {
                 Err(SemaphoreError::TableFull { capacity }) => format!("FULL {capacity}"),
                 Err(e) => format!("ERROR {e}"),
             };
-            report(&std::env::var("CXC_NAME").unwrap(), &line);
+            report(line);
             park();
         }
         Some(other) => panic!("unknown role {other}"),
         None => run_kids(|d| {
             let opts = SemaphoreOptions::default().holders(2);
             let sem = SharedSemaphore::create_with(d.join("sem"), 2, 2, &opts).unwrap();
-            let mut a = spawn(FULL, "opener", d, &[("CXC_NAME", "a")]);
-            assert_eq!(wait_line_in(d, "a", "OPENED", &mut a), "OPENED true");
-            let mut b = spawn(FULL, "opener", d, &[("CXC_NAME", "b")]);
+            let mut a = spawn(FULL, "opener", d, &[]);
+            assert_eq!(wait_line(&mut a, "OPENED"), "OPENED true");
+            let mut b = spawn(FULL, "opener", d, &[]);
             assert_eq!(
-                wait_line_in(d, "b", "FULL", &mut b),
+                wait_line(&mut b, "FULL"),
                 "FULL 2",
                 "a third process must be refused, not run untracked"
             );
             assert_eq!(sem.available(), 1, "the refused process took a permit");
-            kill(&mut a);
+            a.kill();
             // A's slot (and permit) go to the next process.
-            let mut c = spawn(FULL, "opener", d, &[("CXC_NAME", "c")]);
-            assert_eq!(wait_line_in(d, "c", "OPENED", &mut c), "OPENED true");
+            let mut c = spawn(FULL, "opener", d, &[]);
+            assert_eq!(wait_line(&mut c, "OPENED"), "OPENED true");
             assert_eq!(sem.available(), 1);
             let err = SemaphoreError::TableFull { capacity: 2 }.to_string();
             assert!(err.contains("holder table full"), "{err}");
-            kill(&mut b);
-            kill(&mut c);
+            b.kill();
+            c.kill();
         }),
     }
 }
@@ -228,7 +224,7 @@ fn reuse(test: &str, fallback: bool) {
             let sem = SharedSemaphore::open(sem_path()).unwrap();
             std::mem::forget(sem.acquire());
             std::mem::forget(sem.acquire());
-            report("worker", "HELD");
+            report("HELD");
             park();
         }
         Some("impostor") => {
@@ -237,23 +233,11 @@ fn reuse(test: &str, fallback: bool) {
             let me = std::process::id();
             // Its own slot and the dead holder's: the dead one's was not taken over.
             let slots = sem.holders().iter().filter(|h| h.pid == me).count();
-            report("impostor", &format!("RESULT {released} {slots}"));
+            report(format!("RESULT {released} {slots}"));
             park();
         }
         Some(other) => panic!("unknown role {other}"),
-        None => {
-            if skip_unless_root(test) {
-                return;
-            }
-            let tmp = tempfile::tempdir().unwrap();
-            let env: &[(&str, &str)] = if fallback {
-                &[("CXC_IDENTITY_FALLBACK", "1")]
-            } else {
-                &[]
-            };
-            let status = run_in_new_pidns(test, tmp.path(), env);
-            assert!(status.success(), "the scenario failed: {status}");
-        }
+        None => run_reuse_test(test, fallback),
     }
 }
 
@@ -262,14 +246,14 @@ fn reuse_scenario(test: &str, fallback: bool) {
     assert_eq!(cxc_sync::liveness::fallback_active(), fallback);
     let sem = SharedSemaphore::create(sem_path(), 2, 2).unwrap();
     let mut worker = spawn(test, "worker", &dir(), &[]);
-    wait_line("worker", "HELD", &mut worker);
-    let wpid = worker.id();
+    wait_line(&mut worker, "HELD");
+    let wpid = worker.pid();
     assert_eq!(sem.available(), 0);
-    kill(&mut worker);
+    worker.kill();
     // Past the fallback path's same-tick window.
     std::thread::sleep(Duration::from_millis(30));
     let mut imp = spawn_with_pid(wpid, test, "impostor", &[]);
-    let line = wait_line("impostor", "RESULT", &mut imp);
+    let line = wait_line(&mut imp, "RESULT");
     assert_eq!(
         line, "RESULT false 2",
         "a process with a dead holder's pid inherited its permits or slot"
@@ -289,25 +273,5 @@ fn reuse_scenario(test: &str, fallback: bool) {
         vec![0],
         "only the newcomer's own (empty) slot is left"
     );
-    kill(&mut imp);
-}
-
-/// `wait_line` for a scenario directory `d` (children report into `d`).
-fn wait_line_in(d: &Path, name: &str, tag: &str, child: &mut std::process::Child) -> String {
-    let t0 = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(d.join(name)) {
-            if let Some(l) = text.lines().find(|l| l.starts_with(tag)) {
-                return l.to_string();
-            }
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("child exited ({status}) before reporting {tag}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "child never reported {tag}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    imp.kill();
 }

@@ -1,109 +1,54 @@
 //! SharedSemaphore across real processes: crash recovery after SIGKILL, the permit cap
 //! under contention, and kernel sleep of blocked acquirers.
 //!
-//! Each test re-executes this test binary (`--exact <test>`) with `CXC_ROLE` set; the
-//! test function runs the child's role when the variable is present.
+//! Each test re-executes this test binary in a role (`cxc_testkit`); the test function runs
+//! the child's role when it has one.
 #![cfg(not(cxc_loom))]
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+mod ctl;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, TypeFingerprint};
 use cxc_sync::SharedSemaphore;
+use cxc_testkit::{Proc, RoleCommand, arg, path_arg, report, role};
 
-const ROLE: &str = "CXC_ROLE";
-const SEM: &str = "CXC_SEM";
-const AUX: &str = "CXC_AUX";
-const ARG: &str = "CXC_ARG";
-const OUT: &str = "CXC_OUT";
+/// How long the parent waits for a child's report or exit.
+const CHILD_DEADLINE: Duration = Duration::from_secs(30);
 
-fn role() -> Option<String> {
-    std::env::var(ROLE).ok()
-}
-
-fn env_path(name: &str) -> PathBuf {
-    PathBuf::from(std::env::var_os(name).expect("set by the parent"))
-}
-
-fn env_arg() -> u64 {
-    std::env::var(ARG)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-/// A child process and the file it reports on (not stdout: the test harness may
-/// capture that).
-struct Kid {
-    child: Child,
-    out: PathBuf,
-}
-
-static KIDS: AtomicU64 = AtomicU64::new(0);
-
-/// Starts this binary running only `test` in role `role`.
-fn spawn(test: &str, role: &str, sem: &Path, aux: Option<&Path>, arg: u64) -> Kid {
-    let out = sem.with_extension(format!("out{}", KIDS.fetch_add(1, Ordering::Relaxed)));
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("RUST_TEST_NOCAPTURE", "1")
-        .env(ROLE, role)
-        .env(SEM, sem)
-        .env(ARG, arg.to_string())
-        .env(OUT, &out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    if let Some(aux) = aux {
-        cmd.env(AUX, aux);
+/// Starts this binary running only `test` in role `role`, on semaphore file `sem` (and
+/// counter file `aux`), with argument `n`.
+fn spawn(test: &str, role: &str, sem: &Path, aux: Option<&Path>, n: u64) -> Proc {
+    let cmd = RoleCommand::new(test, role)
+        .arg("sem", sem)
+        .arg("n", n.to_string());
+    match aux {
+        Some(aux) => cmd.arg("aux", aux),
+        None => cmd,
     }
-    Kid {
-        child: cmd.spawn().unwrap(),
-        out,
-    }
+    .spawn()
 }
 
-/// Child side: appends a line to the report file.
-fn report(line: &str) {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(env_path(OUT))
-        .unwrap();
-    writeln!(f, "{line}").unwrap();
+/// Child side: role argument `n`.
+fn n_arg() -> u64 {
+    arg("n").parse().expect("numeric argument")
 }
 
-/// Waits (bounded) for the child to report a line starting with `tag`; returns it.
-fn wait_for_line(kid: &mut Kid, tag: &str) -> String {
-    let t0 = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&kid.out) {
-            if let Some(l) = text.lines().find(|l| l.starts_with(tag)) {
-                return l.to_string();
-            }
-        }
-        if let Some(status) = kid.child.try_wait().unwrap() {
-            panic!("child exited ({status}) before reporting {tag}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "child never reported {tag}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+/// Waits (bounded) for the child's next report, which must start with `tag`; returns it.
+fn wait_for_line(kid: &mut Proc, tag: &str) -> String {
+    let line = kid.next_report(CHILD_DEADLINE);
+    assert!(
+        line.starts_with(tag),
+        "expected a {tag} report, got {line:?}"
+    );
+    line
 }
 
-fn kill(kid: &mut Kid) {
-    kid.child.kill().unwrap(); // SIGKILL
-    kid.child.wait().unwrap();
-}
-
-/// Child role: take `CXC_ARG` permits, keep them, announce, and wait to be killed.
+/// Child role: take `n` permits, keep them, announce, and wait to be killed.
 fn hold_and_wait() {
-    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
-    for _ in 0..env_arg() {
+    let sem = SharedSemaphore::open(path_arg("sem")).unwrap();
+    for _ in 0..n_arg() {
         std::mem::forget(sem.acquire());
     }
     report("READY");
@@ -130,7 +75,7 @@ fn killed_holder_unblocks_waiter() {
             (got, t0.elapsed())
         });
         std::thread::sleep(Duration::from_millis(100));
-        kill(&mut child);
+        child.kill();
         let (got, waited) = waiter.join().unwrap();
         assert!(got, "blocked acquirer never got the dead child's permit");
         assert!(
@@ -163,7 +108,7 @@ fn reclaim_dead_returns_exactly_the_dead_childs_permits() {
     wait_for_line(&mut child, "READY");
     assert_eq!(sem.available(), 2);
     assert_eq!(sem.reclaim_dead(), 0, "reclaimed from a live process");
-    kill(&mut child);
+    child.kill();
     assert_eq!(sem.reclaim_dead(), k as u32);
     assert_eq!(sem.available(), 5);
     assert_eq!(sem.reclaim_dead(), 0, "reclaimed twice");
@@ -176,41 +121,17 @@ fn reclaim_dead_returns_exactly_the_dead_childs_permits() {
     assert_eq!(sem.available(), 6);
 }
 
-/// A small shared counter file, independent of the semaphore: `[in_use, peak, ...]`.
-fn aux_layout() -> Layout {
-    Layout {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: 0,
-        payload: TypeFingerprint::NONE,
-        params: [0; 4],
-    }
-}
-
-fn open_aux(path: &Path) -> Mapped<[AtomicU64; 8]> {
-    let expect = Expect {
-        kind: Kind::Test,
-        head_size: 64,
-        slot_size: 0,
-        capacity: Some(0),
-        max_capacity: 0,
-        payload: TypeFingerprint::NONE,
-        check_params: &|_| Ok(()),
-    };
-    Mapped::open(path, &expect).unwrap()
-}
-
+/// Words of the control file (`ctl`): permits in use, their peak, cycles done.
 const IN_USE: usize = 0;
 const PEAK: usize = 1;
 const CYCLES: usize = 2;
 
 /// Child role: `CXC_ARG` acquire/release cycles, counting permits in use in the aux file.
 fn cycle_worker() {
-    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
-    let aux = open_aux(&env_path(AUX));
+    let sem = SharedSemaphore::open(path_arg("sem")).unwrap();
+    let aux = ctl::open(&path_arg("aux"));
     let c = aux.head();
-    for i in 0..env_arg() {
+    for i in 0..n_arg() {
         let _p = sem.acquire();
         let n = c[IN_USE].fetch_add(1, Ordering::SeqCst) + 1;
         c[PEAK].fetch_max(n, Ordering::SeqCst);
@@ -236,15 +157,9 @@ fn four_processes_never_exceed_the_cap() {
     let aux_path = dir.path().join("aux");
     let max = 2;
     let sem = SharedSemaphore::create(&path, max, max).unwrap();
-    let aux: Mapped<[AtomicU64; 8]> = Mapped::create(
-        &aux_path,
-        aux_layout(),
-        &CreateOptions::default(),
-        |_, _| {},
-    )
-    .unwrap();
+    let aux = ctl::create(&aux_path);
     let cycles = 20_000;
-    let mut kids: Vec<Kid> = (0..4)
+    let mut kids: Vec<Proc> = (0..4)
         .map(|_| {
             spawn(
                 "four_processes_never_exceed_the_cap",
@@ -257,7 +172,7 @@ fn four_processes_never_exceed_the_cap() {
         .collect();
     for k in &mut kids {
         wait_for_line(k, "DONE");
-        assert!(k.child.wait().unwrap().success());
+        assert!(k.finish(CHILD_DEADLINE).is_empty());
     }
     let c = aux.head();
     assert_eq!(c[CYCLES].load(Ordering::SeqCst), 4 * cycles);
@@ -273,7 +188,7 @@ fn four_processes_never_exceed_the_cap() {
 
 /// Child role: loop acquire/release forever (until SIGKILLed).
 fn churn_forever() {
-    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
+    let sem = SharedSemaphore::open(path_arg("sem")).unwrap();
     report("READY");
     let mut i = 0u64;
     loop {
@@ -302,20 +217,20 @@ fn sigkill_storm_conserves_permits() {
     let max = 2;
     let sem = SharedSemaphore::create(&path, max, max).unwrap();
     let spawn_one = || spawn("sigkill_storm_conserves_permits", "churn", &path, None, 0);
-    let mut kids: Vec<Kid> = (0..4).map(|_| spawn_one()).collect();
+    let mut kids: Vec<Proc> = (0..4).map(|_| spawn_one()).collect();
     for k in &mut kids {
         wait_for_line(k, "READY");
     }
     for round in 0..30u64 {
         std::thread::sleep(Duration::from_millis(5 + (round * 7) % 30));
         let victim = (round % 4) as usize;
-        kill(&mut kids[victim]);
+        kids[victim].kill();
         kids[victim] = spawn_one();
         wait_for_line(&mut kids[victim], "READY");
         assert!(sem.available() <= max);
     }
     for k in &mut kids {
-        kill(k);
+        k.kill();
     }
     sem.reclaim_dead();
     assert_eq!(
@@ -344,17 +259,13 @@ fn process_cpu() -> Duration {
 
 /// Child role: block in `acquire` and report the CPU time it burned.
 fn blocked_waiter() {
-    let sem = SharedSemaphore::open(env_path(SEM)).unwrap();
+    let sem = SharedSemaphore::open(path_arg("sem")).unwrap();
     report("READY");
     let (cpu0, t0) = (process_cpu(), Instant::now());
     let p = sem.acquire();
     let (cpu, waited) = (process_cpu() - cpu0, t0.elapsed());
     drop(p);
-    report(&format!(
-        "RESULT {} {}",
-        cpu.as_micros(),
-        waited.as_micros()
-    ));
+    report(format!("RESULT {} {}", cpu.as_micros(), waited.as_micros()));
 }
 
 #[test]
@@ -383,7 +294,7 @@ fn blocked_acquirer_sleeps_in_the_kernel() {
     std::thread::sleep(Duration::from_secs(1));
     drop(held);
     let line = wait_for_line(&mut child, "RESULT");
-    assert!(child.child.wait().unwrap().success());
+    assert!(child.finish(CHILD_DEADLINE).is_empty());
     let mut f = line
         .split_whitespace()
         .skip(1)
@@ -400,12 +311,12 @@ fn blocked_acquirer_sleeps_in_the_kernel() {
 
 /// Child role: find the one-slot table taken by the live parent: refused at open.
 fn table_full_worker() {
-    let line = match SharedSemaphore::open(env_path(SEM)) {
+    let line = match SharedSemaphore::open(path_arg("sem")) {
         Err(cxc_sync::SemaphoreError::TableFull { capacity }) => format!("RESULT full {capacity}"),
         Err(e) => format!("RESULT error {e}"),
         Ok(_) => "RESULT opened".to_string(),
     };
-    report(&line);
+    report(line);
 }
 
 #[test]
@@ -426,7 +337,7 @@ fn full_holder_table_is_refused_at_open() {
         0,
     );
     let line = wait_for_line(&mut kid, "RESULT");
-    assert!(kid.child.wait().unwrap().success());
+    assert!(kid.finish(CHILD_DEADLINE).is_empty());
     assert_eq!(line, "RESULT full 1");
     assert_eq!(sem.available(), 1);
     assert_eq!(sem.holders().len(), 1);

@@ -79,6 +79,13 @@ impl RoleCommand {
         self
     }
 
+    /// The command itself, for a parent that must not start threads (a [`Proc`] reads
+    /// the child's output on threads; e.g. a process that unshared its pid namespace
+    /// cannot create threads). Its stdio is inherited unless set.
+    pub fn into_command(self) -> Command {
+        self.cmd
+    }
+
     /// Starts the child; see [`Proc`]. Failure messages name the test, the role and the
     /// role arguments.
     pub fn spawn(self) -> Proc {
@@ -211,6 +218,73 @@ impl Proc {
         }
     }
 
+    /// SIGKILL without reaping: the child stays a zombie (dead, its pid still taken)
+    /// until a later wait, so a test can check what others see of a dead, unreaped process.
+    pub fn kill_unreaped(&self) {
+        self.signal(Signal::KILL);
+    }
+
+    /// The state letter of `/proc/<pid>/stat` (`R`, `S`, `T` stopped, `Z` zombie, ...),
+    /// `None` once the child is reaped.
+    pub fn state(&self) -> Option<char> {
+        if self.reaped.is_some() {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        stat.get(stat.rfind(')')? + 1..)?
+            .split_whitespace()
+            .next()?
+            .chars()
+            .next()
+    }
+
+    /// Waits at most `timeout` until `/proc` shows the child in `state` (e.g. `T` after
+    /// [`Proc::stop`], `Z` after [`Proc::kill_unreaped`]).
+    ///
+    /// # Panics
+    ///
+    /// If it does not get there in time.
+    pub fn wait_state(&mut self, state: char, timeout: Duration) {
+        let what = format!("{} in state {state}", self.what);
+        let found = crate::wait_until(timeout, || self.state() == Some(state));
+        assert!(
+            found,
+            "{what}: not reached within {timeout:?}, now {:?}",
+            self.state()
+        );
+    }
+
+    /// Polls `cond` until it holds while the child runs.
+    ///
+    /// # Panics
+    ///
+    /// If the child exits first or `timeout` passes; `what` names the awaited condition.
+    pub fn wait_while_alive(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut cond: impl FnMut() -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if cond() {
+                return;
+            }
+            if let Some(s) = self.try_wait() {
+                panic!(
+                    "{} exited ({s}) while waiting for: {what}\n{}",
+                    self.what,
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out ({timeout:?}) waiting for: {what}"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
     /// SIGSTOP: the child is paused until [`Proc::cont`] (or killed).
     pub fn stop(&self) {
         self.signal(Signal::STOP);
@@ -290,15 +364,7 @@ impl Proc {
     /// If the child runs past `timeout` (it is killed first), was killed by a signal,
     /// exited non-zero, or ran no test; the message holds its output.
     pub fn finish(&mut self, timeout: Duration) -> Vec<String> {
-        let Some(status) = self.wait_timeout(timeout) else {
-            self.kill();
-            panic!(
-                "{}: still running after {timeout:?}, killed{}",
-                self.what,
-                self.dump()
-            );
-        };
-        self.wait_eof();
+        let status = self.exit_and_eof(timeout);
         if let Some(sig) = status.signal() {
             panic!("{}: killed by signal {sig}{}", self.what, self.dump());
         }
@@ -311,6 +377,21 @@ impl Proc {
         let hint = self.no_test_hint();
         assert!(hint.is_empty(), "{}: {hint}{}", self.what, self.dump());
         std::mem::take(&mut self.pending)
+    }
+
+    /// Waits at most `timeout` for the exit, then for the end of the output; kills the
+    /// child and panics with its output if it runs past `timeout`.
+    fn exit_and_eof(&mut self, timeout: Duration) -> ExitStatus {
+        let Some(status) = self.wait_timeout(timeout) else {
+            self.kill();
+            panic!(
+                "{}: still running after {timeout:?}, killed{}",
+                self.what,
+                self.dump()
+            );
+        };
+        self.wait_eof();
+        status
     }
 
     /// Like [`Command::output`], bounded: waits at most `timeout` for the child to exit,
@@ -330,15 +411,7 @@ impl Proc {
     /// assert_eq!((out.status.code(), &out.stdout[..]), (Some(2), &b"hi\n"[..]));
     /// ```
     pub fn output(&mut self, timeout: Duration) -> Output {
-        let Some(status) = self.wait_timeout(timeout) else {
-            self.kill();
-            panic!(
-                "{}: still running after {timeout:?}, killed{}",
-                self.what,
-                self.dump()
-            );
-        };
-        self.wait_eof();
+        let status = self.exit_and_eof(timeout);
         Output {
             status,
             stdout: self.stdout().into_bytes(),

@@ -394,44 +394,64 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
     let mut goals: Vec<Goal> = Vec::new();
     let mut body = String::new();
 
-    // Criterion tables.
-    body.push_str("## Single-process micro-benchmarks (criterion)\n\n");
-    body.push_str(
+    criterion_tables(&mut body, &mut goals, data);
+    handoff_table(&mut body, &mut goals, data);
+    throughput_table(&mut body, &mut goals, data);
+    failover_table(&mut body, &mut goals, data);
+    waiter_cpu_table(&mut body, &mut goals, data);
+    sem_handoff_table(&mut body, data);
+
+    body.push_str("### Sidecar: AdaptiveSpin vs fixed strategies\n\n");
+    sidecar_table(&mut body, &mut goals, data);
+
+    summary(&mut md, &goals, m, data.quick);
+    md.push_str(&body);
+    missed_targets(&mut md, &goals);
+    Report {
+        markdown: md,
+        svg: svg(&goals),
+    }
+}
+
+/// The single-process criterion tables.
+fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    md.push_str("## Single-process micro-benchmarks (criterion)\n\n");
+    md.push_str(
         "Medians of criterion samples (`median.point_estimate`), same run, same machine. \
          The seed ratio is the seed's published ours/baseline (measured on another machine); \
          compare ratios, not nanoseconds.\n\n",
     );
-    body.push_str("### OwnerLease vs `std::sync::Mutex` / `parking_lot::Mutex` (seed 000)\n\n");
+    md.push_str("### OwnerLease vs `std::sync::Mutex` / `parking_lot::Mutex` (seed 000)\n\n");
     crit_table(
-        &mut body,
-        &mut goals,
+        md,
+        goals,
         data,
         &OWNER_LEASE,
         "std Mutex",
         Some("parking_lot"),
     );
-    body.push_str("### HeartbeatTable vs a mutex-guarded slot\n\n");
+    md.push_str("### HeartbeatTable vs a mutex-guarded slot\n\n");
     crit_table(
-        &mut body,
-        &mut goals,
+        md,
+        goals,
         data,
         &HEARTBEAT,
         "std Mutex",
         Some("parking_lot"),
     );
-    body.push_str("### FailoverWatchdog vs `Vec<Mutex<NaiveSlot>>` (seed 002)\n\n");
-    body.push_str(
+    md.push_str("### FailoverWatchdog vs `Vec<Mutex<NaiveSlot>>` (seed 002)\n\n");
+    md.push_str(
         "The 4-dead case keeps exactly 4 stale slots for the whole measurement (clock epochs \
          with a one-day tick: a scan does not advance the epoch). The seed's bench ticked the \
          epoch on every scan, so after `grace` iterations it was scanning 64 dead slots.\n\n",
     );
-    crit_table(&mut body, &mut goals, data, &FAILOVER, "Vec<Mutex>", None);
+    crit_table(md, goals, data, &FAILOVER, "Vec<Mutex>", None);
     let bits = data
         .crit
         .get("failover/iter_in_flight_bits/watchdog")
         .map(|v| v / 6.0);
     let _ = writeln!(
-        body,
+        md,
         "iter_in_flight_bits: **{}** per set bit (seed 8.5 ns/bit; target ≤ 2 ns/bit: {}).\n",
         ns(bits),
         met(Target::Max(2.0).met(bits))
@@ -445,29 +465,24 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
         target: Target::Max(2.0),
         ratio: false,
     });
-    body.push_str("### SharedSemaphore vs `Arc<(Mutex<u32>, Condvar)>` (seed 004)\n\n");
-    body.push_str(
+    md.push_str("### SharedSemaphore vs `Arc<(Mutex<u32>, Condvar)>` (seed 004)\n\n");
+    md.push_str(
         "`SharedSemaphore` always tracks permit holders (dead holders' permits are \
          reclaimed, like SysV `SEM_UNDO`); it has no untracked mode to compare.\n\n",
     );
-    crit_table(
-        &mut body,
-        &mut goals,
-        data,
-        &SEMAPHORE,
-        "Mutex+Condvar",
-        None,
-    );
+    crit_table(md, goals, data, &SEMAPHORE, "Mutex+Condvar", None);
+}
 
-    // Cross-process tables.
-    body.push_str("## Cross-process measurements (`cxc-xbench`)\n\n");
-    body.push_str(
+/// The cross-process introduction and the handoff round trip.
+fn handoff_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    md.push_str("## Cross-process measurements (`cxc-xbench`)\n\n");
+    md.push_str(
         "Real processes on shared files in a temporary directory; timestamps are \
          `CLOCK_MONOTONIC`, so one process's timestamp can be subtracted from another's. \
          Median and p99 over all samples (first 5 % of round trips dropped as warm-up).\n\n",
     );
-    body.push_str("### Handoff round trip\n\n");
-    body.push_str(
+    md.push_str("### Handoff round trip\n\n");
+    md.push_str(
         "Two processes pass three locks around (A holds {0,1}, B holds {2}; each step \
          unlocks one and blocks on the one the other holds), so every step is a handoff to \
          a blocked waiter and nobody can barge. One round trip = two handoffs. The raw \
@@ -476,7 +491,7 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
     let mut kinds: Vec<(&str, &str)> = LOCK_KINDS.to_vec();
     kinds.push(("raw_futex", "raw futex ping-pong"));
     let handoff_q = div(xmed(data, "handoff/lease"), xmed(data, "handoff/raw_futex"));
-    xproc_latency_table(&mut body, data, "handoff", &kinds, "raw_futex", |k, q| {
+    xproc_latency_table(md, data, "handoff", &kinds, "raw_futex", |k, q| {
         if k == "lease" {
             (
                 Target::Max(1.3).show(""),
@@ -495,16 +510,19 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
         target: Target::Max(1.3),
         ratio: true,
     });
+}
 
-    body.push_str("### Contended throughput (2 processes)\n\n");
+/// Contended throughput of two processes.
+fn throughput_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    md.push_str("### Contended throughput (2 processes)\n\n");
     let tput_time = if data.quick { "0.3 s" } else { "1 s" };
     let _ = writeln!(
-        body,
+        md,
         "Two processes lock, read the protected value, write it + 1 and unlock, for {tput_time} \
          per trial (the lease writes its payload through its fenced write; the others a word \
          in shared memory). The final value is checked against the operation count.\n"
     );
-    body.push_str(
+    md.push_str(
         "| implementation | median ops/s | p99 of trials | median / robust pthread | target | met? | trials |\n|---|---:|---:|---:|---:|---|---:|\n",
     );
     let tb = xmed(data, "throughput/robust_pthread");
@@ -526,7 +544,7 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
             ("—".into(), "—")
         };
         let _ = writeln!(
-            body,
+            md,
             "| {label} | {} | {} | {} | {t} | {mm} | {} |",
             r.map_or("—".into(), |r| format!("{:.0}", r.median)),
             r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
@@ -545,10 +563,13 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
             });
         }
     }
-    body.push('\n');
+    md.push('\n');
+}
 
-    body.push_str("### Failover latency after SIGKILL\n\n");
-    body.push_str(
+/// Failover latency after SIGKILL.
+fn failover_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    md.push_str("### Failover latency after SIGKILL\n\n");
+    md.push_str(
         "The holder process is SIGKILLed while a second process is blocked waiting; latency \
          is from just before `kill` to the waiter's lock call returning. `lease_os`: the \
          holder claimed for its own pid, the waiter sees the OS identity (pid + start time) \
@@ -556,9 +577,9 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
          heartbeat staleness frees the lease.",
     );
     if let Some(n) = data.notes.get("failover_heartbeat") {
-        let _ = write!(body, " Settings: {n}.");
+        let _ = write!(md, " Settings: {n}.");
     }
-    body.push_str(" Robust mutex: `EOWNERDEAD`; flock: released when the kernel closes the dead holder's files.\n\n");
+    md.push_str(" Robust mutex: `EOWNERDEAD`; flock: released when the kernel closes the dead holder's files.\n\n");
     let fo = [
         ("lease_os", "OwnerLease, OS-identity path"),
         ("lease_heartbeat", "OwnerLease, heartbeat path"),
@@ -568,23 +589,16 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
     let os = xrow(data, "failover/lease_os");
     let os_med = Target::Max(1e6).met(os.map(|r| r.median));
     let os_p99 = Target::Max(5e6).met(os.map(|r| r.p99));
-    xproc_latency_table(
-        &mut body,
-        data,
-        "failover",
-        &fo,
-        "robust_pthread",
-        |k, _| {
-            if k == "lease_os" {
-                (
-                    "median ≤ 1 ms, p99 ≤ 5 ms".into(),
-                    format!("{} / {}", met(os_med), met(os_p99)),
-                )
-            } else {
-                ("—".into(), "—".into())
-            }
-        },
-    );
+    xproc_latency_table(md, data, "failover", &fo, "robust_pthread", |k, _| {
+        if k == "lease_os" {
+            (
+                "median ≤ 1 ms, p99 ≤ 5 ms".into(),
+                format!("{} / {}", met(os_med), met(os_p99)),
+            )
+        } else {
+            ("—".into(), "—".into())
+        }
+    });
     goals.push(Goal {
         key: "xproc.failover_os_median".into(),
         label: "failover after SIGKILL (OS identity), median".into(),
@@ -603,9 +617,12 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
         target: Target::Max(5.0),
         ratio: false,
     });
+}
 
-    body.push_str("### CPU of a blocked waiter\n\n");
-    body.push_str(
+/// CPU burned by a blocked waiter.
+fn waiter_cpu_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    md.push_str("### CPU of a blocked waiter\n\n");
+    md.push_str(
         "A process blocks for 1 s on a lock the parent holds (or an empty semaphore) and \
          times out; CPU time (user + system, `getrusage`) over the call, in % of one core.\n\n\
          | waiter | median CPU | p99 of trials | target | met? | trials |\n|---|---:|---:|---:|---|---:|\n",
@@ -622,7 +639,7 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
         let t = if ours { Target::Max(1.0) } else { Target::None };
         let v = r.map(|r| r.median);
         let _ = writeln!(
-            body,
+            md,
             "| {label} | {} | {} | {} | {} | {} |",
             r.map_or("—".into(), |r| format!("{:.3} %", r.median)),
             r.map_or("—".into(), |r| format!("{:.3} %", r.p99)),
@@ -646,17 +663,20 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
             });
         }
     }
-    body.push('\n');
+    md.push('\n');
+}
 
-    body.push_str("### Semaphore permit handoff\n\n");
+/// Semaphore permit handoff.
+fn sem_handoff_table(md: &mut String, data: &Data) {
+    md.push_str("### Semaphore permit handoff\n\n");
     if xrow(data, "sem_handoff/semaphore").is_some() {
-        body.push_str(
+        md.push_str(
             "Two semaphores of 0/1 permits used as a ping-pong: A releases `s1` and blocks on \
              `s2`, B blocks on `s1` and releases `s2`. One round trip = two permit handoffs \
              to a sleeping acquirer.\n\n",
         );
         xproc_latency_table(
-            &mut body,
+            md,
             data,
             "sem_handoff",
             &[("semaphore", "SharedSemaphore"), ("sysv", "SysV semop")],
@@ -664,15 +684,14 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
             |_, _| ("—".into(), "—".into()),
         );
     } else {
-        body.push_str("_Not measured in this run._\n\n");
+        md.push_str("_Not measured in this run._\n\n");
     }
+}
 
-    body.push_str("### Sidecar: AdaptiveSpin vs fixed strategies\n\n");
-    sidecar_table(&mut body, &mut goals, data);
-
-    // Header and summary.
+/// The title, the machine and the table of targets.
+fn summary(md: &mut String, goals: &[Goal], m: &Machine, quick: bool) {
     md.push_str("# Benchmarks\n\n");
-    if data.quick {
+    if quick {
         md.push_str(
             "> **Quick run** (`cargo xtask bench --quick`): short measurements, indicative \
              only. The committed report comes from a full `cargo xtask bench`.\n\n",
@@ -702,9 +721,10 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
         );
     }
     md.push('\n');
-    md.push_str(&body);
+}
 
-    // Explanations of misses.
+/// Why each missed target was missed (`benches/notes.md`), and the notes for every run.
+fn missed_targets(md: &mut String, goals: &[Goal]) {
     let notes = load_notes();
     let missed: Vec<&Goal> = goals
         .iter()
@@ -735,10 +755,6 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
     if let Some(n) = notes.get("always") {
         md.push_str(n.trim());
         md.push('\n');
-    }
-    Report {
-        markdown: md,
-        svg: svg(&goals),
     }
 }
 

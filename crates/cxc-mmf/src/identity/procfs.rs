@@ -76,16 +76,11 @@ pub(super) fn stat_of(pid: u32, tid: Option<u32>) -> Option<(ProcStatus, u64)> {
     };
     // A stat line is a few hundred bytes (the command name is at most 64 bytes).
     let mut buf = [0u8; 1024];
-    let mut len = 0;
-    while len < buf.len() {
-        match rustix::io::read(&fd, &mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(Errno::INTR) => {}
-            Err(Errno::SRCH) => return Some((ProcStatus::Gone, 0)),
-            Err(_) => return None,
-        }
-    }
+    let len = match read_full(&fd, &mut buf) {
+        Ok(len) => len,
+        Err(Errno::SRCH) => return Some((ProcStatus::Gone, 0)),
+        Err(_) => return None,
+    };
     if len == 0 {
         return Some((ProcStatus::Gone, 0)); // exited between open and read
     }
@@ -137,6 +132,21 @@ pub(super) fn self_pidns() -> u64 {
     rustix::fs::stat(c"/proc/self/ns/pid").map_or(0, |s| s.st_ino)
 }
 
+/// Reads `fd` into `buf` until end of file or `buf` is full (retrying on EINTR); the
+/// number of bytes read.
+fn read_full(fd: &rustix::fd::OwnedFd, buf: &mut [u8]) -> Result<usize, Errno> {
+    let mut len = 0;
+    while len < buf.len() {
+        match rustix::io::read(fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(len)
+}
+
 /// A 64-bit hash (FNV-1a) of `/proc/sys/kernel/random/boot_id`; never 0 when read, 0 if
 /// it cannot be read.
 pub(super) fn boot_hash() -> u64 {
@@ -148,15 +158,9 @@ pub(super) fn boot_hash() -> u64 {
         return 0;
     };
     let mut buf = [0u8; 64];
-    let mut len = 0;
-    while len < buf.len() {
-        match rustix::io::read(&fd, &mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(Errno::INTR) => {}
-            Err(_) => return 0,
-        }
-    }
+    let Ok(len) = read_full(&fd, &mut buf) else {
+        return 0;
+    };
     let text = buf[..len].trim_ascii();
     if text.is_empty() {
         return 0;

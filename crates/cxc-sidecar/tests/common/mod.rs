@@ -7,10 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cxc_mmf::{AtomicView, CreateOptions, Expect, Kind, Layout, Mapped, MmfError, TypeFingerprint};
+use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, TypeFingerprint};
+use zerocopy::{FromBytes, KnownLayout};
+
 use cxc_sidecar::{AdaptiveInstance, HandshakeHeader, ObservationRing, OpCode, counter_values};
 
 /// The probe's fixed block, laid out like a primitive's.
+#[derive(FromBytes, KnownLayout)]
 #[repr(C, align(64))]
 pub struct ProbeState {
     pub counters: [AtomicU64; 16],
@@ -19,12 +22,6 @@ pub struct ProbeState {
 }
 
 const _: () = assert!(size_of::<ProbeState>() == 128 + 64 + 2624);
-
-// SAFETY: `repr(C)`, made only of `AtomicU64` arrays and the crate's in-file views
-// (`HandshakeHeader`, `ObservationRing`, both `AtomicView`s of `AtomicU64`s): every bit
-// pattern is valid, alignment 64.
-#[allow(unsafe_code)]
-unsafe impl AtomicView for ProbeState {}
 
 pub const HEAD_SIZE: u32 = size_of::<ProbeState>() as u32;
 /// Counter indices.

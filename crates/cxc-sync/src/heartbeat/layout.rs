@@ -31,6 +31,9 @@
 //! | `pid != 0`, FENCED clear   | LIVE    | registered worker `(pid, generation)`        |
 //! | `pid != 0`, FENCED set     | FENCED  | declared dead or unregistered; owner locked out |
 
+#[cfg(not(cxc_loom))]
+use zerocopy::{FromBytes, KnownLayout};
+
 use crate::primitive::AtomicU64;
 
 /// Largest slot count a table may have.
@@ -174,6 +177,7 @@ pub mod counter {
 /// | 64     | `counters`     | `[u64; 16]` event counters, see [`counter`]        |
 /// | 192    | `handshake`    | shared strategy block (`cxc-sidecar`)              |
 /// | 256    | `ring`         | observation ring (`cxc-sidecar`), 2624 bytes       |
+#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
 #[repr(C, align(64))]
 #[cfg_attr(cxc_loom, allow(dead_code))]
 pub(crate) struct HeartbeatHead {
@@ -196,6 +200,7 @@ pub(crate) struct HeartbeatHead {
 /// | 40     | `id_pidns`   | identity: pid namespace inode                        |
 /// | 48     | `id_boot`    | identity: boot id hash                               |
 /// | 56     | `id_gen`     | generation the `id_*` words belong to (0: being written) |
+#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
 #[repr(C, align(64))]
 pub(crate) struct HeartbeatSlot {
     pub(crate) owner: AtomicU64,
@@ -214,15 +219,6 @@ const _: () = assert!(size_of::<HeartbeatHead>() == 2880);
 const _: () = assert!(size_of::<HeartbeatSlot>() == 64);
 #[cfg(not(cxc_loom))]
 const _: () = assert!(std::mem::offset_of!(HeartbeatHead, counters) == 64);
-
-// SAFETY: `HeartbeatHead` is `#[repr(C, align(64))]` and made only of `AtomicU64`s
-// (24 of them, 192 bytes, no padding), every bit pattern is valid, alignment 64.
-#[cfg(not(cxc_loom))]
-unsafe impl cxc_mmf::AtomicView for HeartbeatHead {}
-// SAFETY: `HeartbeatSlot` is `#[repr(C, align(64))]` and made only of `AtomicU64`s
-// (8 of them, 64 bytes, no padding), every bit pattern is valid, alignment 64.
-#[cfg(not(cxc_loom))]
-unsafe impl cxc_mmf::AtomicView for HeartbeatSlot {}
 
 impl HeartbeatSlot {
     /// A never-used slot: owner FREE (generation 0), both halves fenced for generation 0.

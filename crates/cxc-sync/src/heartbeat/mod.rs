@@ -1,7 +1,7 @@
 //! Worker heartbeats with in-flight work tracking ([`HeartbeatTable`]) and failover of
 //! dead workers' work ([`FailoverWatchdog`]), in one mapped file.
 //!
-//! Properties (DESIGN.md §3):
+//! Properties (`docs/design.md` §3):
 //! - **H1** snapshots are consistent: pid, generation, FENCED, last seen, start time and
 //!   bitmap all belong to one registration; the read retries a bounded number of times
 //!   and never waits on a writer, so a crashed process cannot stall it.

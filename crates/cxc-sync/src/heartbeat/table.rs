@@ -11,6 +11,7 @@ use super::slot::{Claim, ClaimRule, HeartbeatSnapshot};
 use crate::epoch::{EpochClock, EpochMode};
 use crate::liveness::{self, Identity, Liveness};
 use crate::primitive::Ordering;
+use cxc_sidecar::Instrumented;
 
 /// Version of the slot layout and protocol, stored in header parameter 2. Version 2
 /// records the registered process's full [`Identity`] in each slot (version 1 kept a
@@ -73,7 +74,7 @@ pub struct HeartbeatTable {
     /// The process that made the registrations in `mine`.
     mine_pid: std::sync::atomic::AtomicU32,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
-    observed: std::sync::atomic::AtomicBool,
+    observed: cxc_sidecar::Observed,
 }
 
 impl std::fmt::Debug for HeartbeatTable {
@@ -227,7 +228,7 @@ impl HeartbeatTable {
             clock: EpochClock::new(epoch),
             mine,
             mine_pid: std::sync::atomic::AtomicU32::new(liveness::current_pid()),
-            observed: std::sync::atomic::AtomicBool::new(false),
+            observed: cxc_sidecar::Observed::new(),
         }
     }
 
@@ -442,14 +443,6 @@ impl HeartbeatTable {
         self.note(cxc_sidecar::OpCode::HeartbeatFencedBeat, 0, slot as u64);
     }
 
-    /// Records an observation if a `SidecarBox` observes this handle.
-    #[inline]
-    pub(crate) fn note(&self, op: cxc_sidecar::OpCode, flags: u16, arg: u64) {
-        if self.observed.load(std::sync::atomic::Ordering::Relaxed) {
-            self.map.head().ring.record(op, flags, arg);
-        }
-    }
-
     /// The shared strategy and its generation.
     pub fn strategy(&self) -> (cxc_sidecar::Strategy, u32) {
         self.map.head().handshake.current()
@@ -463,16 +456,9 @@ impl HeartbeatTable {
     pub(crate) fn slots(&self) -> &[HeartbeatSlot] {
         self.map.slots()
     }
-
-    pub(crate) fn bump(&self, index: usize, n: u64) {
-        if let Some(c) = self.map.head().counters.get(index) {
-            c.fetch_add(n, Ordering::Relaxed);
-        }
-    }
 }
 
-#[cfg(not(cxc_loom))]
-impl cxc_sidecar::AdaptiveInstance for HeartbeatTable {
+impl cxc_sidecar::Instrumented for HeartbeatTable {
     fn kind(&self) -> cxc_mmf::Kind {
         cxc_mmf::Kind::Heartbeat
     }
@@ -481,20 +467,14 @@ impl cxc_sidecar::AdaptiveInstance for HeartbeatTable {
         self.map.path().display().to_string()
     }
 
-    fn ring(&self) -> &cxc_sidecar::ObservationRing {
-        &self.map.head().ring
-    }
-
-    fn handshake(&self) -> &cxc_sidecar::HandshakeHeader {
-        &self.map.head().handshake
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        cxc_sidecar::counter_values(&counter::NAMES[..15], &self.map.head().counters)
-    }
-
-    fn set_observed(&self, observed: bool) {
-        self.observed
-            .store(observed, std::sync::atomic::Ordering::Relaxed);
+    fn instruments(&self) -> cxc_sidecar::Instruments<'_> {
+        let head = self.map.head();
+        cxc_sidecar::Instruments {
+            observed: &self.observed,
+            counters: &head.counters,
+            counter_names: &counter::NAMES[..15],
+            handshake: &head.handshake,
+            ring: &head.ring,
+        }
     }
 }

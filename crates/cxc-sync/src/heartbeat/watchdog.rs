@@ -11,6 +11,7 @@ use super::table::HeartbeatTable;
 use crate::epoch::EpochMode;
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
+use cxc_sidecar::Instrumented;
 
 /// The seed's default staleness threshold, in epochs: a slot must miss strictly more
 /// than 3 epochs to be reported (`lag == 3` is alive).

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use cxc_sidecar::Instrumented;
 use cxc_sidecar::{OpCode, flags as sidecar_flags};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -72,19 +73,26 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         timeout: Duration,
     ) -> Option<Granted> {
         // First attempt without an OS check: the slow path checks holder death cheaply.
-        let first = self.state().try_claim(
+        let first = self.try_claim_without_os_check(me, grace);
+        if let Some(g) = first {
+            self.note_grant(&g);
+            return Some(g);
+        }
+        self.acquire_slow(me, grace, timeout)
+    }
+
+    /// One claim attempt that never asks the OS whether the holder lives (the spinning
+    /// attempts; the slow path checks holder death).
+    #[inline]
+    fn try_claim_without_os_check(&self, me: Claimant, grace: u64) -> Option<Granted> {
+        self.state().try_claim(
             self.policy(),
             me,
             grace,
             self.now(),
             |_: &LeaseState, _| Liveness::Unknown,
             false,
-        );
-        if let Some(g) = first {
-            self.note_grant(&g);
-            return Some(g);
-        }
-        self.acquire_slow(me, grace, timeout)
+        )
     }
 
     #[cold]
@@ -106,14 +114,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             }
             spins += 1;
             std::hint::spin_loop();
-            let got = st.try_claim(
-                self.policy(),
-                me,
-                grace,
-                self.now(),
-                |_: &LeaseState, _| Liveness::Unknown,
-                false,
-            );
+            let got = self.try_claim_without_os_check(me, grace);
             if let Some(g) = got {
                 self.note_grant(&g);
                 self.note(

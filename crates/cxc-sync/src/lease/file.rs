@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
 use cxc_sidecar::OpCode;
@@ -74,7 +74,7 @@ pub struct OwnerLease<T> {
     pub(super) clock: EpochClock,
     pub(super) preemption: Preemption,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
-    pub(super) observed: AtomicBool,
+    pub(super) observed: cxc_sidecar::Observed,
     /// The last claimants registered through this handle, each `process pid << 41 | pid
     /// word << 8 | holder`, valid while the process pid is this process's (a forked
     /// child's differs).
@@ -292,7 +292,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             map,
             clock: EpochClock::new(epoch),
             preemption,
-            observed: AtomicBool::new(false),
+            observed: cxc_sidecar::Observed::new(),
             cache: std::array::from_fn(|_| AtomicU64::new(0)),
             pinned: std::sync::Mutex::new((0, 0)),
             guard: super::builder::GuardSettings::for_mode(epoch),
@@ -316,25 +316,6 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     pub(super) fn now(&self) -> u64 {
         self.clock.now(&self.state().epoch)
-    }
-
-    /// Whether transitions are recorded (a `SidecarBox` observes this handle).
-    #[inline]
-    fn observed(&self) -> bool {
-        self.observed.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Records an observation if observed.
-    #[inline]
-    pub(super) fn note(&self, op: OpCode, flags: u16, arg: u64) {
-        if self.observed() {
-            self.note_slow(op, flags, arg);
-        }
-    }
-
-    #[cold]
-    fn note_slow(&self, op: OpCode, flags: u16, arg: u64) {
-        self.state().ring.record(op, flags, arg);
     }
 
     /// The identity-table holder value this process uses for `pid`, from the handle's
@@ -455,7 +436,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     #[inline]
     pub(super) fn note_grant(&self, g: &Granted) {
-        if self.observed() {
+        if self.observed.get() {
             self.note_grant_slow(g);
         }
     }
@@ -470,9 +451,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             Some(ClaimReason::Stale) => OpCode::LeaseClaimStale,
             Some(ClaimReason::Dead) => OpCode::LeaseClaimDeadOwner,
         };
-        self.note_slow(op, 0, generation);
+        self.state().ring.record(op, 0, generation);
         if g.torn {
-            self.note_slow(OpCode::LeaseTornRecovered, 0, generation);
+            self.state()
+                .ring
+                .record(OpCode::LeaseTornRecovered, 0, generation);
         }
     }
 }

@@ -19,6 +19,9 @@
 //! always names the process that made it, and a full table can only refuse new claimants
 //! (with an error), never make a dead holder look alive or a live one dead.
 
+#[cfg(not(cxc_loom))]
+use zerocopy::{FromBytes, KnownLayout};
+
 use crate::liveness::Liveness;
 use crate::primitive::{AtomicU64, Ordering};
 
@@ -52,6 +55,7 @@ pub(crate) fn pid_word(pid: u32, private: bool) -> u64 {
 }
 
 /// One identity slot (one cache line).
+#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
 #[repr(C)]
 pub(crate) struct IdentSlot {
     pub(crate) state: AtomicU64,

@@ -1,5 +1,6 @@
 //! The seed API (pid-based calls) and the fenced-claim API of [`OwnerLease`].
 
+use cxc_sidecar::Instrumented;
 use cxc_sidecar::OpCode;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -59,7 +60,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             return false;
         }
         let ok = self.state().release_from(cur.id(), cur, false);
-        self.note(OpCode::LeaseRelease, 0, u64::from(ok));
+        if self.observed.get() {
+            let op = if ok {
+                OpCode::LeaseRelease
+            } else {
+                OpCode::LeaseLossDetected
+            };
+            self.note(op, 0, self.state().full_generation(cur.0));
+        }
         ok
     }
 

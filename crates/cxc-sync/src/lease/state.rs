@@ -23,6 +23,9 @@
 //! generation stored every 2^16 claims, and a claim's full generation is the unique value
 //! above the checkpoint with the claim word's low 40 bits.
 
+#[cfg(not(cxc_loom))]
+use zerocopy::{FromBytes, KnownLayout};
+
 use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence, spin_hint};
 
 use cxc_sidecar::{HandshakeHeader, ObservationRing};
@@ -105,6 +108,7 @@ pub mod counter {
 }
 
 /// One payload buffer: a sequence word and 48 bytes, one cache line.
+#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
 #[repr(C)]
 pub(crate) struct PayloadBuf {
     pub(crate) seq: AtomicU64,
@@ -124,6 +128,7 @@ impl PayloadBuf {
 }
 
 /// The lease's fixed block in the file (offsets in `docs/memory-layout.md`).
+#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
 #[repr(C, align(64))]
 pub(crate) struct LeaseState {
     /// The claim word (see `word.rs`).
@@ -172,11 +177,6 @@ const _: () = assert!(size_of::<LeaseState>() == 64 + 64 + 512 + 128 + 64 * IDEN
 #[cfg(not(cxc_loom))]
 const _: () = assert!(align_of::<LeaseState>() == 64);
 
-#[cfg(not(cxc_loom))]
-// SAFETY: `LeaseState` is `repr(C)` and made only of `AtomicU32`/`AtomicU64`, arrays of
-// them, and `repr(C)` structs of them (`PayloadBuf`, `IdentSlot`, `HandshakeHeader`,
-// `ObservationRing`); every bit pattern is valid and its alignment is 64.
-unsafe impl cxc_mmf::AtomicView for LeaseState {}
 /// Why a claim was granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClaimReason {

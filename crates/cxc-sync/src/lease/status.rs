@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use cxc_mmf::{Kind, Mapped, MmfError, TypeFingerprint};
-use cxc_sidecar::{AdaptiveInstance, HandshakeHeader, ObservationRing, counter_values};
+use cxc_sidecar::{Instrumented, Instruments};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::{LeaseClaim, LeaseError, Preemption};
@@ -76,10 +76,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<LeaseStatus, LeaseError> {
     Ok(lease.status())
 }
 
-impl<T> AdaptiveInstance for OwnerLease<T>
-where
-    T: FromBytes + IntoBytes + Immutable + KnownLayout + 'static,
-{
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Instrumented for OwnerLease<T> {
     fn kind(&self) -> Kind {
         Kind::Lease
     }
@@ -88,21 +85,15 @@ where
         self.map.path().display().to_string()
     }
 
-    fn ring(&self) -> &ObservationRing {
-        &self.state().ring
-    }
-
-    fn handshake(&self) -> &HandshakeHeader {
-        &self.state().handshake
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        counter_values(&counter::NAMES, &self.state().counters)
-    }
-
-    fn set_observed(&self, observed: bool) {
-        self.observed
-            .store(observed, std::sync::atomic::Ordering::Relaxed);
+    fn instruments(&self) -> Instruments<'_> {
+        let st = self.state();
+        Instruments {
+            observed: &self.observed,
+            counters: &st.counters,
+            counter_names: &counter::NAMES,
+            handshake: &st.handshake,
+            ring: &st.ring,
+        }
     }
 }
 

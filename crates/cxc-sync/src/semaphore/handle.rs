@@ -45,7 +45,7 @@ pub struct SharedSemaphore {
     /// looks its own slot up.
     pub(super) holder: AtomicU64,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
-    pub(super) observed: std::sync::atomic::AtomicBool,
+    pub(super) observed: cxc_sidecar::Observed,
 }
 
 fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
@@ -234,16 +234,8 @@ impl SharedSemaphore {
             map,
             max,
             holder: AtomicU64::new(0),
-            observed: std::sync::atomic::AtomicBool::new(false),
+            observed: cxc_sidecar::Observed::new(),
         })
-    }
-
-    /// Records an observation if a `SidecarBox` observes this handle.
-    #[inline]
-    pub(super) fn note(&self, op: cxc_sidecar::OpCode, flags: u16, arg: u64) {
-        if self.observed.load(std::sync::atomic::Ordering::Relaxed) {
-            self.map.head().ring.record(op, flags, arg);
-        }
     }
 
     /// The shared strategy and its generation.
@@ -313,7 +305,7 @@ impl std::fmt::Debug for SharedSemaphore {
     }
 }
 
-impl cxc_sidecar::AdaptiveInstance for SharedSemaphore {
+impl cxc_sidecar::Instrumented for SharedSemaphore {
     fn kind(&self) -> cxc_mmf::Kind {
         cxc_mmf::Kind::Semaphore
     }
@@ -322,20 +314,14 @@ impl cxc_sidecar::AdaptiveInstance for SharedSemaphore {
         self.map.path().display().to_string()
     }
 
-    fn ring(&self) -> &cxc_sidecar::ObservationRing {
-        &self.map.head().ring
-    }
-
-    fn handshake(&self) -> &cxc_sidecar::HandshakeHeader {
-        &self.map.head().handshake
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        cxc_sidecar::counter_values(&super::layout::ctr::NAMES, &self.map.head().counters)
-    }
-
-    fn set_observed(&self, observed: bool) {
-        self.observed
-            .store(observed, std::sync::atomic::Ordering::Relaxed);
+    fn instruments(&self) -> cxc_sidecar::Instruments<'_> {
+        let head = self.map.head();
+        cxc_sidecar::Instruments {
+            observed: &self.observed,
+            counters: &head.counters,
+            counter_names: &super::layout::ctr::NAMES,
+            handshake: &head.handshake,
+            ring: &head.ring,
+        }
     }
 }

@@ -13,6 +13,7 @@ use super::word::{
     BookWord, STATE_ACTIVE, STATE_RECLAIMING, TAG_FALLBACK, identity_tag, owner_parts, owner_word,
 };
 use crate::liveness;
+use cxc_sidecar::Instrumented;
 
 /// Serialises registration within this process, so two handles of one file never claim
 /// two slots for the same process. Held only on the once-per-handle slow path.
@@ -58,11 +59,14 @@ impl SharedSemaphore {
                 self.reclaim_scan(false);
                 raw.claim_free(owner)
             });
-            raw.bump(if claimed.is_some() {
-                ctr::REGISTERED
-            } else {
-                ctr::TABLE_FULL
-            });
+            raw.bump(
+                if claimed.is_some() {
+                    ctr::REGISTERED
+                } else {
+                    ctr::TABLE_FULL
+                },
+                1,
+            );
             claimed
         });
         let Some(slot) = found else {
@@ -99,7 +103,7 @@ impl SharedSemaphore {
     /// blocked-acquirer variant, which only wants permits back).
     pub(super) fn reclaim_scan(&self, only_holding: bool) -> u32 {
         let raw = self.raw();
-        raw.bump(ctr::RECLAIM_SCANS);
+        raw.bump(ctr::RECLAIM_SCANS, 1);
         let me = Identity::current();
         let my_tag = identity_tag(&me);
         let mut total = 0;
@@ -123,8 +127,8 @@ impl SharedSemaphore {
             }
             let returned = raw.drain(d);
             raw.free(d, me.pid, my_tag);
-            raw.add(ctr::RECLAIMED_PERMITS, u64::from(returned));
-            raw.bump(ctr::RECLAIMED_HOLDERS);
+            raw.bump(ctr::RECLAIMED_PERMITS, u64::from(returned));
+            raw.bump(ctr::RECLAIMED_HOLDERS, 1);
             total += returned;
         }
         if total > 0 {

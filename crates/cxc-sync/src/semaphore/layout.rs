@@ -17,9 +17,13 @@
 //! (`word::BookWord`), 48 reserved bytes, so each process's book sits on its own cache
 //! line.
 
+#[cfg(not(cxc_loom))]
+use zerocopy::{FromBytes, KnownLayout};
+
 use crate::primitive::{AtomicU32, AtomicU64};
 
 /// The semaphore's fixed block.
+#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
 #[repr(C, align(64))]
 pub(crate) struct SemHead {
     /// The count word.
@@ -39,6 +43,7 @@ pub(crate) struct SemHead {
 }
 
 /// One entry of the holder table: which process it belongs to and what it holds.
+#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
 #[repr(C, align(64))]
 pub(crate) struct HolderSlot {
     /// The owner word.
@@ -62,17 +67,6 @@ const _: () = {
     assert!(std::mem::offset_of!(SemHead, counters) == 64);
     assert!(std::mem::offset_of!(HolderSlot, book) == 8);
 };
-
-// SAFETY: `SemHead` is `repr(C)`, made only of `AtomicU64`/`AtomicU32` fields laid out
-// without padding (size asserted above: 8 + 4 + 4 + 8 + 40 + 128 = 192, then the
-// sidecar blocks, alignment 64), and
-// every bit pattern is a valid value of every field.
-#[cfg(not(cxc_loom))]
-unsafe impl cxc_mmf::AtomicView for SemHead {}
-// SAFETY: `HolderSlot` is `repr(C)`, eight `AtomicU64`s (64 bytes, no padding, alignment
-// 64), valid for every bit pattern.
-#[cfg(not(cxc_loom))]
-unsafe impl cxc_mmf::AtomicView for HolderSlot {}
 
 /// Indices into [`SemHead::counters`].
 pub(crate) mod ctr {

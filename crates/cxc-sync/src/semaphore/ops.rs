@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use super::handle::SharedSemaphore;
 use super::layout::ctr;
 use super::raw::Released;
+use cxc_sidecar::Instrumented;
 use cxc_sidecar::{OpCode, flags};
 
 /// Spins (re-reading the count) before the first sleep.
@@ -38,7 +39,7 @@ impl<'a> Permit<'a> {
         std::mem::forget(self);
         if let Some(h) = sem.holder() {
             if sem.raw().disown(h) {
-                sem.raw().bump(ctr::DISOWNED);
+                sem.raw().bump(ctr::DISOWNED, 1);
             }
         }
     }
@@ -100,12 +101,12 @@ impl SharedSemaphore {
         match raw.release(holder) {
             Released::Held | Released::Handed => {}
             Released::Full => {
-                raw.bump(ctr::OVERFLOW_REJECTED);
+                raw.bump(ctr::OVERFLOW_REJECTED, 1);
                 self.note(OpCode::SemOverflowRejected, 0, 1);
                 return false;
             }
             Released::NotHeld => {
-                raw.bump(ctr::NOT_HELD_REJECTED);
+                raw.bump(ctr::NOT_HELD_REJECTED, 1);
                 self.note(OpCode::SemOverflowRejected, 0, 0);
                 return false;
             }
@@ -129,7 +130,7 @@ impl SharedSemaphore {
         // (looking again with every reclaim) and never takes a permit untracked.
         let mut holder = self.holder();
         let raw = self.raw();
-        raw.bump(ctr::CONTENDED);
+        raw.bump(ctr::CONTENDED, 1);
         let started = Instant::now();
         // Spin first: the shared strategy's budget (a time), or the default iterations.
         let budget = self.map.head().handshake.spin_budget();
@@ -167,7 +168,7 @@ impl SharedSemaphore {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                raw.bump(ctr::TIMEOUTS);
+                raw.bump(ctr::TIMEOUTS, 1);
                 raw.pass_on();
                 self.note(
                     OpCode::SemTimeout,
@@ -189,7 +190,7 @@ impl SharedSemaphore {
             if let Some(d) = deadline {
                 sleep = sleep.min(d.saturating_duration_since(now));
             }
-            raw.bump(ctr::SLEEPS);
+            raw.bump(ctr::SLEEPS, 1);
             crate::futex::wait(&self.map.head().wake, seen, sleep);
         }
     }

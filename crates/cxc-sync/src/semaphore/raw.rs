@@ -286,14 +286,9 @@ impl<'a> RawSemaphore<'a> {
         BookWord(self.head.handed.load(Ordering::Acquire)).held()
     }
 
-    /// Adds one to a counter (slow paths only).
+    /// Adds `n` to a counter (slow paths only); an index past the counters is ignored.
     #[inline]
-    pub(crate) fn bump(&self, index: usize) {
-        self.add(index, 1);
-    }
-
-    /// Adds `n` to a counter (slow paths only).
-    pub(crate) fn add(&self, index: usize, n: u64) {
+    pub(crate) fn bump(&self, index: usize, n: u64) {
         if let Some(c) = self.head.counters.get(index) {
             c.fetch_add(n, Ordering::Relaxed);
         }

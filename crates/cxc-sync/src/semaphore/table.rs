@@ -60,7 +60,7 @@ impl RawSemaphore<'_> {
                 .compare_exchange(w.0, w.emptied().0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                self.bump(ctr::OVER_HELD);
+                self.bump(ctr::OVER_HELD, 1);
                 return returned;
             }
         }

@@ -52,7 +52,7 @@ impl RawSemaphore<'_> {
         let model: Option<crate::park::ModelFutexRef<'_>> = None;
         let woke = crate::park::wake(&self.head.wake, n, model.as_ref());
         if woke {
-            self.bump(ctr::WAKES);
+            self.bump(ctr::WAKES, 1);
         }
         woke
     }

@@ -1,28 +1,25 @@
-//! Process harness for the pid-reuse tests: re-executes this test binary in a role, runs
-//! a scenario as pid 1 of a fresh pid namespace (with its own `/proc`), and forks a child
-//! with a chosen pid (`/proc/sys/kernel/ns_last_pid`), so a dead process's pid can be
-//! handed to a new process on purpose.
+//! Pid-reuse support for the identity tests, on top of `cxc_testkit`: runs a scenario as
+//! pid 1 of a fresh pid namespace (with its own `/proc`), and starts a child with a chosen
+//! pid (`/proc/sys/kernel/ns_last_pid`), so a dead process's pid can be handed to a new
+//! process on purpose.
 //!
-//! Roles are passed in `CXC_PROC_ROLE`; the test function named by `--exact` dispatches on
-//! it. Children report on files in `CXC_PROC_DIR` (not stdout: the harness may capture it).
+//! Roles are `cxc_testkit` roles; every child gets the scenario directory as role
+//! argument `dir` and reports on stdout (`cxc_testkit::report`).
 #![allow(dead_code, unreachable_pub, unsafe_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub const ROLE: &str = "CXC_PROC_ROLE";
-pub const DIR: &str = "CXC_PROC_DIR";
+use cxc_testkit::{Proc, RoleCommand, path_arg};
 
-/// The role of this process, if it is a re-executed child.
-pub fn role() -> Option<String> {
-    std::env::var(ROLE).ok()
-}
+pub use cxc_testkit::{report, role};
+
+/// How long a scenario (or a child's report) may take.
+pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The shared directory of a scenario.
 pub fn dir() -> PathBuf {
-    PathBuf::from(std::env::var_os(DIR).expect("set by the parent"))
+    path_arg("dir")
 }
 
 /// Whether this process may make pid namespaces and write `ns_last_pid`.
@@ -42,39 +39,55 @@ pub fn skip_unless_root(test: &str) -> bool {
     true
 }
 
-/// Re-executes this binary running only `test`, in `role`, with `env` added.
-pub fn spawn(test: &str, role: &str, dir: &Path, env: &[(&str, &str)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("RUST_TEST_NOCAPTURE", "1")
-        .env(ROLE, role)
-        .env(DIR, dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory: a
-    // child (which parks until killed) dies with the thread that spawned it, so a failed
-    // test leaves no process behind.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    cmd.spawn().unwrap()
+/// Re-executes this binary running only `test`, in `role`, in scenario directory `dir`,
+/// with role arguments `args`.
+pub fn spawn(test: &str, role: &str, dir: &Path, args: &[(&str, &str)]) -> Proc {
+    args.iter()
+        .fold(
+            RoleCommand::new(test, role).arg("dir", dir),
+            |cmd, (k, v)| cmd.arg(k, v),
+        )
+        .spawn()
 }
 
 /// Runs `test` in role `scenario` as pid 1 of a new pid namespace (through a helper in
-/// role `nsroot` that unshares the namespace for its children). Returns its exit status.
-pub fn run_in_new_pidns(test: &str, dir: &Path, env: &[(&str, &str)]) -> ExitStatus {
-    spawn(test, "nsroot", dir, env).wait().unwrap()
+/// role `nsroot` that unshares the namespace for its children), with the extra
+/// environment `env`; panics with the scenario's output if it fails.
+pub fn run_in_new_pidns(test: &str, dir: &Path, env: &[(&str, &str)]) {
+    let cmd = env.iter().fold(
+        RoleCommand::new(test, "nsroot").arg("dir", dir),
+        |cmd, (k, v)| cmd.env(k, v),
+    );
+    let out = cmd.spawn().output(DEADLINE);
+    assert!(
+        out.status.success(),
+        "the scenario failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
-/// Role `nsroot`: makes a new pid namespace for its children, runs `scenario` in it,
-/// exits with its status.
+/// The parent side of a pid-reuse test: says SKIPPED unless root, else runs `test`'s
+/// scenario in a new pid namespace and a fresh directory, on the fallback identity path
+/// (pid + start time) if `fallback`.
+pub fn run_reuse_test(test: &str, fallback: bool) {
+    if skip_unless_root(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env: &[(&str, &str)] = if fallback {
+        &[("CXC_IDENTITY_FALLBACK", "1")]
+    } else {
+        &[]
+    };
+    run_in_new_pidns(test, dir.path(), env);
+}
+
+/// Role `nsroot`: makes a new pid namespace for its children, runs `scenario` in it
+/// (with this process's environment and output: scenario directory and flags) and exits
+/// with its status. After the unshare this process cannot create threads, so it waits
+/// for the scenario without a `Proc`.
 pub fn nsroot(test: &str) -> ! {
     // SAFETY: unshare with CLONE_NEWPID only changes the pid namespace of this thread's
     // future children; no memory is involved.
@@ -85,11 +98,10 @@ pub fn nsroot(test: &str) -> ! {
         "unshare(CLONE_NEWPID): {}",
         std::io::Error::last_os_error()
     );
-    let env: Vec<(String, String)> = std::env::vars()
-        .filter(|(k, _)| k.starts_with("CXC_") && k != ROLE && k != DIR)
-        .collect();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let status = spawn(test, "scenario", &dir(), &env).wait().unwrap();
+    let status = RoleCommand::new(test, "scenario")
+        .into_command()
+        .status()
+        .expect("run the scenario");
     std::process::exit(status.code().unwrap_or(101));
 }
 
@@ -131,49 +143,23 @@ pub fn mount_own_proc() {
 
 /// Spawns `role` so that it gets pid `pid` in our namespace (the pid must be free and no
 /// other process of the namespace may fork meanwhile).
-pub fn spawn_with_pid(pid: u32, test: &str, role: &str, env: &[(&str, &str)]) -> Child {
+pub fn spawn_with_pid(pid: u32, test: &str, role: &str, args: &[(&str, &str)]) -> Proc {
     std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1))
         .expect("write ns_last_pid");
-    let child = spawn(test, role, &dir(), env);
-    assert_eq!(child.id(), pid, "the child did not get the wanted pid");
+    let child = spawn(test, role, &dir(), args);
+    assert_eq!(child.pid(), pid, "the child did not get the wanted pid");
     child
 }
 
-/// Child side: appends `line` to the report file `name`.
-pub fn report(name: &str, line: &str) {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir().join(name))
-        .unwrap();
-    writeln!(f, "{line}").unwrap();
-}
-
-/// Waits (bounded) for a line starting with `tag` in report `name`; panics if `child`
-/// exits first.
-pub fn wait_line(name: &str, tag: &str, child: &mut Child) -> String {
-    let t0 = Instant::now();
+/// Waits (bounded) for the child's first report starting with `tag`, skipping others;
+/// panics if the child exits first.
+pub fn wait_line(child: &mut Proc, tag: &str) -> String {
     loop {
-        if let Ok(text) = std::fs::read_to_string(dir().join(name)) {
-            if let Some(l) = text.lines().find(|l| l.starts_with(tag)) {
-                return l.to_string();
-            }
+        let line = child.next_report(DEADLINE);
+        if line.starts_with(tag) {
+            return line;
         }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("child exited ({status}) before reporting {tag}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "child never reported {tag}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// Kills (SIGKILL) and reaps `child`.
-pub fn kill(child: &mut Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 /// Parks a child role until its parent kills it.

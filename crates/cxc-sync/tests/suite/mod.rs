@@ -1,4 +1,4 @@
-//! The backend property suite: DESIGN §3's lease properties (L1 exclusion, L2 fencing,
+//! The backend property suite: `docs/design.md` §3's lease properties (L1 exclusion, L2 fencing,
 //! L3 stale claims, increasing generations) and semaphore properties (S1 never above
 //! max, S2 no overflow), stated once against the [`FencedLease`] and [`PermitPool`]
 //! traits and run against every backend: the mapped-file primitives here

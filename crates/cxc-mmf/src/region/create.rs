@@ -1,0 +1,172 @@
+//! Creating a file: written under a temporary name, initialised, then published by a
+//! rename that never replaces anything.
+
+use std::fs::OpenOptions;
+use std::io::ErrorKind;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::MmapOptions;
+
+use crate::error::MmfError;
+use crate::header::{HeaderInfo, INIT_READY, Layout, off};
+
+use super::codec::HeaderWords;
+use super::options::{CreateOptions, Expect, Origin};
+use super::validate::check_layout_shapes;
+use super::view::{AtomicView, Mapped};
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
+    /// Creates the file at `path` with `layout`, initialises the body with `init`, and
+    /// publishes it atomically: the file is written under a temporary name in the same
+    /// directory and renamed into place without replacing anything, so no opener ever
+    /// sees a half-written file, and an existing file is never touched.
+    ///
+    /// # Errors
+    /// [`MmfError::AlreadyExists`] or [`MmfError::Symlink`] if anything is at `path`;
+    /// [`MmfError::InvalidLayout`] for a layout this build cannot map; [`MmfError::Io`].
+    pub fn create(
+        path: impl AsRef<Path>,
+        layout: Layout,
+        opts: &CreateOptions,
+        init: impl FnOnce(&H, &[S]),
+    ) -> Result<Self, MmfError> {
+        let path = path.as_ref();
+        check_layout_shapes::<H, S>(&layout)?;
+        let total = layout.total_len().expect("checked by check_layout_shapes");
+        refuse_existing(path)?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = path.file_name().ok_or_else(|| {
+            MmfError::InvalidLayout(format!("{}: path has no file name", path.display()))
+        })?;
+        let tmp = dir.join(format!(
+            ".{}.cxc-tmp.{}.{}",
+            name.to_string_lossy().chars().take(64).collect::<String>(),
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = Self::create_at_tmp(path, &tmp, layout, total, opts, init);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    fn create_at_tmp(
+        path: &Path,
+        tmp: &Path,
+        layout: Layout,
+        total: u64,
+        opts: &CreateOptions,
+        init: impl FnOnce(&H, &[S]),
+    ) -> Result<Self, MmfError> {
+        let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(opts.mode)
+            .custom_flags(flags.bits() as i32)
+            .open(tmp)
+            .map_err(|e| MmfError::io("create", tmp, e))?;
+        file.set_permissions(std::fs::Permissions::from_mode(opts.mode))
+            .map_err(|e| MmfError::io("chmod", tmp, e))?;
+        file.set_len(total)
+            .map_err(|e| MmfError::io("set_len", tmp, e))?;
+        let map = MmapOptions::new()
+            .len(total as usize)
+            .map_raw(&file)
+            .map_err(|e| MmfError::io("mmap", tmp, e))?;
+        let h = HeaderWords::of(&map);
+        h.write(&layout, total);
+        let info = HeaderInfo {
+            layout,
+            total_len: total,
+            creator_pid: h.u32(off::CREATOR_PID),
+            creator_start: h.u64(off::CREATOR_START),
+        };
+        let mapped = Self::from_map(map, info, path.to_path_buf())?;
+        init(mapped.head(), mapped.slots());
+        // SYNC: init-state. Release: everything written above (header and body) happens
+        // before any opener's Acquire load of READY.
+        HeaderWords::of(&mapped.map)
+            .init_state()
+            .store(INIT_READY, Ordering::Release);
+        publish(tmp, path)?;
+        Ok(mapped)
+    }
+
+    /// Creates the file, or opens it if another process got there first. Exactly one of
+    /// several racing processes initialises; the others wait (bounded by
+    /// `opts.init_timeout`) and validate.
+    ///
+    /// # Errors
+    /// As [`Mapped::create`] and [`Mapped::open`].
+    pub fn create_or_open(
+        path: impl AsRef<Path>,
+        layout: Layout,
+        opts: &CreateOptions,
+        expect: &Expect<'_>,
+        init: impl FnOnce(&H, &[S]),
+    ) -> Result<(Self, Origin), MmfError> {
+        let path = path.as_ref();
+        match Self::create(path, layout, opts, init) {
+            Ok(m) => Ok((m, Origin::Created)),
+            Err(MmfError::AlreadyExists { .. }) => {
+                Self::open_with_timeout(path, expect, opts.init_timeout)
+                    .map(|m| (m, Origin::Opened))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn refuse_existing(path: &Path) -> Result<(), MmfError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(MmfError::Symlink {
+            path: path.to_path_buf(),
+        }),
+        Ok(_) => Err(MmfError::AlreadyExists {
+            path: path.to_path_buf(),
+        }),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(MmfError::io("stat", path, e)),
+    }
+}
+
+/// Moves the finished temporary file to `path` without replacing anything there.
+fn publish(tmp: &Path, path: &Path) -> Result<(), MmfError> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    match renameat_with(CWD, tmp, CWD, path, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::EXIST) => {
+            let _ = std::fs::remove_file(tmp);
+            refuse_existing(path)?;
+            Err(MmfError::AlreadyExists {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+            // The file system has no RENAME_NOREPLACE: link(2) also never replaces.
+            let r = std::fs::hard_link(tmp, path);
+            let _ = std::fs::remove_file(tmp);
+            match r {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    refuse_existing(path)?;
+                    Err(MmfError::AlreadyExists {
+                        path: path.to_path_buf(),
+                    })
+                }
+                Err(e) => Err(MmfError::io("link", path, e)),
+            }
+        }
+        Err(e) => Err(MmfError::io("rename", path, e.into())),
+    }
+}

@@ -1,0 +1,21 @@
+//! Create, open and validate a mapped file, and hand out typed atomic views of it.
+//!
+//! - `codec`: the header's fields, read and written through atomics; its checksum.
+//! - `options`: [`CreateOptions`], [`Expect`], [`Origin`].
+//! - `validate`: format, lengths, checksum and caller expectations; view shapes.
+//! - `view`: [`AtomicView`] and [`Mapped`] with its accessors.
+//! - `open`: opening and validating an existing file, [`peek`].
+//! - `create`: creating, initialising and publishing a new file.
+//!
+//! Files depend only on the ones listed before them.
+
+mod codec;
+mod create;
+mod open;
+mod options;
+mod validate;
+mod view;
+
+pub use open::peek;
+pub use options::{CreateOptions, Expect, Origin};
+pub use view::{AtomicView, Mapped};

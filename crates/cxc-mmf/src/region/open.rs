@@ -1,0 +1,132 @@
+//! Opening an existing file: the file, its header (waiting for the creator), validation,
+//! then the whole mapping.
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::error::MmfError;
+use crate::header::{HEADER_LEN, HeaderInfo, INIT_READY};
+
+use super::codec::HeaderWords;
+use super::options::{CreateOptions, Expect};
+use super::validate::{
+    check_expect, check_format, check_identity, check_lengths_and_sum, parse_header,
+};
+use super::view::{AtomicView, Mapped};
+
+fn open_file(path: &Path) -> Result<(File, u64), MmfError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            ErrorKind::NotFound => MmfError::NotFound {
+                path: path.to_path_buf(),
+            },
+            // open(2) with O_RDWR fails with EISDIR before any fstat can say "directory".
+            ErrorKind::IsADirectory => MmfError::NotAFile {
+                path: path.to_path_buf(),
+            },
+            _ => MmfError::io("open", path, e),
+        })?;
+    let meta = file.metadata().map_err(|e| MmfError::io("stat", path, e))?;
+    if !meta.is_file() {
+        return Err(MmfError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let len = meta.len();
+    if len < HEADER_LEN as u64 {
+        return Err(MmfError::TooShort {
+            expected: HEADER_LEN as u64,
+            found: len,
+        });
+    }
+    Ok((file, len))
+}
+
+/// Maps the header alone and waits (bounded) for the creator's init-state store.
+fn map_header(file: &File, path: &Path, timeout: Duration) -> Result<MmapRaw, MmfError> {
+    let hmap = MmapOptions::new()
+        .len(HEADER_LEN)
+        .map_raw(file)
+        .map_err(|e| MmfError::io("mmap", path, e))?;
+    let init = HeaderWords::of(&hmap).init_state();
+    let start = Instant::now();
+    loop {
+        // SYNC: init-state. Pairs with the creator's Release store in `create`; after it,
+        // every header and body field the creator wrote is visible.
+        let state = init.load(Ordering::Acquire);
+        if state == INIT_READY {
+            return Ok(hmap);
+        }
+        // Not ready: a foreign or garbage file is not "still being initialised" (creators
+        // publish by rename, so a cxc file at the final path has its magic, byte-order mark
+        // and version already); report it at once instead of waiting for the timeout.
+        check_format(HeaderWords::of(&hmap))?;
+        if start.elapsed() >= timeout {
+            return Err(MmfError::NotInitialised {
+                waited_ms: start.elapsed().as_millis() as u64,
+                found: state,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Reads and validates the header of any cxc file without knowing its kind (for tools
+/// such as `cxc inspect`). The body is not mapped.
+///
+/// # Errors
+/// Any [`MmfError`] describing why the file is not a valid cxc file.
+pub fn peek(path: impl AsRef<Path>) -> Result<HeaderInfo, MmfError> {
+    let path = path.as_ref();
+    let (file, len) = open_file(path)?;
+    let hmap = map_header(&file, path, Duration::from_millis(0))?;
+    parse_header(HeaderWords::of(&hmap), len, None)
+}
+
+impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
+    /// Opens and validates the file at `path`: magic, byte order, version, kind, every
+    /// layout parameter, the payload type, the file length and the header checksum, all
+    /// before any typed view exists.
+    ///
+    /// # Errors
+    /// One [`MmfError`] variant per failed check, naming what was expected and found.
+    pub fn open(path: impl AsRef<Path>, expect: &Expect<'_>) -> Result<Self, MmfError> {
+        Self::open_with_timeout(path, expect, CreateOptions::default().init_timeout)
+    }
+
+    /// [`Mapped::open`] with an explicit bound on waiting for a creator to finish.
+    ///
+    /// # Errors
+    /// As [`Mapped::open`].
+    pub fn open_with_timeout(
+        path: impl AsRef<Path>,
+        expect: &Expect<'_>,
+        timeout: Duration,
+    ) -> Result<Self, MmfError> {
+        let path = path.as_ref();
+        let (file, len) = open_file(path)?;
+        let hmap = map_header(&file, path, timeout)?;
+        let h = HeaderWords::of(&hmap);
+        // Kind and caller expectations first (the most specific errors), then lengths and
+        // the checksum.
+        let info = check_identity(h, Some(expect.kind))?;
+        check_expect(&info, expect)?;
+        let info = check_lengths_and_sum(h, info, len)?;
+        drop(hmap);
+        let map = MmapOptions::new()
+            .len(info.total_len as usize)
+            .map_raw(&file)
+            .map_err(|e| MmfError::io("mmap", path, e))?;
+        Self::from_map(map, info, path.to_path_buf())
+    }
+}
