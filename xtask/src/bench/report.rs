@@ -289,6 +289,140 @@ const SEMAPHORE: [Crit; 3] = [
     ),
 ];
 
+// Issue #15: async vs blocking, same run.
+const ASYNC: [Crit; 2] = [
+    c(
+        "async.acquire_release",
+        "claim + release, uncontended",
+        "async_lease/acquire_release/async",
+        "async_lease/acquire_release/blocking",
+        None,
+        None,
+        Target::Max(1.5),
+    ),
+    c(
+        "async.wake_latency",
+        "wake latency of a sleeping waiter",
+        "async_lease/wake_latency/async",
+        "async_lease/wake_latency/blocking",
+        None,
+        None,
+        Target::Max(1.5),
+    ),
+];
+
+// Issue #20: SeqLock and SharedCell vs a std Mutex doing the same copy.
+const SEQLOCK: [Crit; 12] = [
+    c(
+        "seqlock.read_8",
+        "SeqLock read, 8 B",
+        "seqlock/read_8/seqlock",
+        "seqlock/read_8/std_mutex",
+        None,
+        None,
+        Target::Max(0.15),
+    ),
+    c(
+        "seqlock.read_24",
+        "SeqLock read, 24 B",
+        "seqlock/read_24/seqlock",
+        "seqlock/read_24/std_mutex",
+        None,
+        None,
+        Target::Max(0.15),
+    ),
+    c(
+        "seqlock.read_48",
+        "SeqLock read, 48 B",
+        "seqlock/read_48/seqlock",
+        "seqlock/read_48/std_mutex",
+        None,
+        None,
+        Target::Max(0.15),
+    ),
+    c(
+        "seqlock.write_8",
+        "SeqLock write, 8 B",
+        "seqlock/write_8/seqlock",
+        "seqlock/write_8/std_mutex",
+        None,
+        None,
+        Target::Max(0.8),
+    ),
+    c(
+        "seqlock.write_24",
+        "SeqLock write, 24 B",
+        "seqlock/write_24/seqlock",
+        "seqlock/write_24/std_mutex",
+        None,
+        None,
+        Target::Max(0.8),
+    ),
+    c(
+        "seqlock.write_48",
+        "SeqLock write, 48 B",
+        "seqlock/write_48/seqlock",
+        "seqlock/write_48/std_mutex",
+        None,
+        None,
+        Target::Max(0.8),
+    ),
+    c(
+        "cell.load_8",
+        "SharedCell load, 8 B",
+        "seqlock/read_8/shared_cell",
+        "seqlock/read_8/std_mutex",
+        None,
+        None,
+        Target::Max(0.15),
+    ),
+    c(
+        "cell.load_24",
+        "SharedCell load, 24 B",
+        "seqlock/read_24/shared_cell",
+        "seqlock/read_24/std_mutex",
+        None,
+        None,
+        Target::Max(0.15),
+    ),
+    c(
+        "cell.load_48",
+        "SharedCell load, 48 B",
+        "seqlock/read_48/shared_cell",
+        "seqlock/read_48/std_mutex",
+        None,
+        None,
+        Target::Max(0.15),
+    ),
+    c(
+        "cell.store_8",
+        "SharedCell store, 8 B",
+        "seqlock/write_8/shared_cell",
+        "seqlock/write_8/std_mutex",
+        None,
+        None,
+        Target::Max(0.8),
+    ),
+    c(
+        "cell.store_24",
+        "SharedCell store, 24 B",
+        "seqlock/write_24/shared_cell",
+        "seqlock/write_24/std_mutex",
+        None,
+        None,
+        Target::Max(0.8),
+    ),
+    c(
+        "cell.store_48",
+        "SharedCell store, 48 B",
+        "seqlock/write_48/shared_cell",
+        "seqlock/write_48/std_mutex",
+        None,
+        None,
+        Target::Max(0.8),
+    ),
+];
+
 fn crit_table(
     md: &mut String,
     goals: &mut Vec<Goal>,
@@ -471,6 +605,15 @@ fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
          reclaimed, like SysV `SEM_UNDO`); it has no untracked mode to compare.\n\n",
     );
     crit_table(md, goals, data, &SEMAPHORE, "Mutex+Condvar", None);
+    md.push_str("### Async waiting vs blocking waiting (`docs/async.md`)\n\n");
+    md.push_str(
+        "`block_on(lock_async())` vs `lock()` on one lease; the wake latency is measured \
+         from just before the holder's release to the moment the sleeping waiter holds the \
+         lease (the baseline column is the blocking waiter).\n\n",
+    );
+    crit_table(md, goals, data, &ASYNC, "blocking", None);
+    md.push_str("### SeqLock and SharedCell vs `std::sync::Mutex` (`docs/seqlock.md`)\n\n");
+    crit_table(md, goals, data, &SEQLOCK, "std Mutex", None);
 }
 
 /// The cross-process introduction and the handoff round trip.
