@@ -57,6 +57,13 @@ fn adaptive_spin_switches_a_real_lease_and_another_process_follows() {
                             std::hint::spin_loop();
                         }
                         lease.release_claim(&c);
+                        // A short gap before claiming again, so that the other thread,
+                        // spinning, takes over (a hand-off, not one thread re-claiming
+                        // at once while the other sleeps).
+                        let t = Instant::now();
+                        while t.elapsed() < Duration::from_micros(5) {
+                            std::hint::spin_loop();
+                        }
                     }
                 }
             });
