@@ -70,6 +70,8 @@ pub enum Kind {
     Heartbeat,
     /// `SharedSemaphore`.
     Semaphore,
+    /// `SharedRwLock<T>`.
+    RwLock,
     /// A test-only kind, for exercising the file layer itself.
     Test,
 }
@@ -81,6 +83,7 @@ impl Kind {
             Kind::Lease => 1,
             Kind::Heartbeat => 2,
             Kind::Semaphore => 3,
+            Kind::RwLock => 4,
             Kind::Test => 0xFF,
         }
     }
@@ -91,6 +94,7 @@ impl Kind {
             1 => Some(Kind::Lease),
             2 => Some(Kind::Heartbeat),
             3 => Some(Kind::Semaphore),
+            4 => Some(Kind::RwLock),
             0xFF => Some(Kind::Test),
             _ => None,
         }
@@ -102,6 +106,7 @@ impl Kind {
             Kind::Lease => "lease",
             Kind::Heartbeat => "heartbeat",
             Kind::Semaphore => "semaphore",
+            Kind::RwLock => "rwlock",
             Kind::Test => "test",
         }
     }

@@ -6,6 +6,8 @@
 //! - [`liveness`]: process identity (pidfs inode or pid + start time, pid namespace, boot
 //!   id) and whether the process is still alive (re-exported from `cxc_mmf::identity`).
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
+//! - [`SharedRwLock`]: a reader-writer lock (writer preference) surviving dead readers
+//!   and dead or stopped writers.
 //! - [`backend`]: [`FencedLease`] and [`PermitPool`], the blocking traits that the
 //!   mapped-file primitives ([`MmapLease`], [`SharedSemaphore`]) and `cxc-etcd` implement.
 
@@ -20,6 +22,7 @@ mod heartbeat;
 pub mod liveness;
 pub(crate) mod park;
 pub(crate) mod primitive;
+mod rwlock;
 mod semaphore;
 
 #[cfg(not(cxc_loom))]
@@ -39,6 +42,11 @@ pub use heartbeat::{HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, h
 #[cfg(not(cxc_loom))]
 pub use lease::{GuardError, LeaseBuilder, LeaseGuard, LeaseStatus, OwnedLeaseGuard, OwnerLease};
 pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+pub use rwlock::PAYLOAD_BYTES as RWLOCK_PAYLOAD_BYTES;
+#[cfg(not(cxc_loom))]
+pub use rwlock::{
+    ReadGuard, RwLockError, RwLockOptions, SharedRwLock, WriteGuard, WriteGuardError,
+};
 #[cfg(not(cxc_loom))]
 pub use semaphore::{
     HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreStats, SharedSemaphore,
