@@ -269,12 +269,18 @@ impl<T> SharedRwLock<T> {
     /// forked child). `None` if the table is full of live processes.
     #[inline]
     pub(super) fn holder(&self) -> Option<usize> {
+        self.holder_and_pid().map(|(slot, _)| slot)
+    }
+
+    /// [`holder`](Self::holder) and this process's pid (one pid lookup for both).
+    #[inline]
+    pub(super) fn holder_and_pid(&self) -> Option<(usize, u32)> {
         let pid = crate::liveness::current_pid();
         let cached = self.holder.load(Ordering::Acquire);
         if (cached >> 32) as u32 == pid && cached as u32 != 0 {
-            return Some(cached as u32 as usize - 1);
+            return Some((cached as u32 as usize - 1, pid));
         }
-        self.holder_slow().ok()
+        self.holder_slow().ok().map(|slot| (slot, pid))
     }
 
     #[cold]

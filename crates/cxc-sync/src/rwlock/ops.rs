@@ -85,13 +85,14 @@ impl Watch {
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// Takes a read lock if no writer holds or waits.
-    #[inline]
+    #[inline(always)]
     pub fn try_read(&self) -> Option<ReadGuard<'_, T>> {
-        let slot = self.holder()?;
+        let (slot, pid) = self.holder_and_pid()?;
+        // Lazily: a guard built for a refused lock would unlock on drop.
         self.raw().try_read(slot).then(|| ReadGuard {
             lock: self,
             slot,
-            pid: current_pid(),
+            pid,
         })
     }
 
@@ -105,6 +106,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     }
 
     /// As [`read`](Self::read), giving up after `timeout`.
+    #[inline]
     pub fn read_timeout(&self, timeout: Duration) -> Option<ReadGuard<'_, T>> {
         if let Some(g) = self.try_read() {
             return Some(g);
@@ -149,7 +151,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     }
 
     /// Takes the write lock if no writer holds and no reader holds.
-    #[inline]
+    #[inline(always)]
     pub fn try_write(&self) -> Option<WriteGuard<'_, T>> {
         let slot = self.holder()?;
         let raw = self.raw();
@@ -171,6 +173,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     }
 
     /// As [`write`](Self::write), giving up after `timeout`.
+    #[inline]
     pub fn write_timeout(&self, timeout: Duration) -> Option<WriteGuard<'_, T>> {
         if let Some(slot) = self.holder() {
             let raw = self.raw();
@@ -300,6 +303,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> ReadGuard<'_, T> {
 }
 
 impl<T> Drop for ReadGuard<'_, T> {
+    #[inline(always)]
     fn drop(&mut self) {
         // In a forked child the hold is the parent's, counted in the parent's slot.
         if current_pid() == self.pid {
@@ -436,6 +440,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
 }
 
 impl<T> Drop for WriteGuard<'_, T> {
+    #[inline]
     fn drop(&mut self) {
         // A forked child does not own its parent's write lock.
         if current_pid() == self.pid {

@@ -282,6 +282,7 @@ impl RawRwLock<'_> {
 
     /// Releases the write lock of `claim` and wakes waiters. `false` if the claim had
     /// been evicted (then its quarantined buffer is freed).
+    #[inline]
     pub(crate) fn write_unlock(&self, claim: Word) -> bool {
         let mut cur = claim;
         loop {
@@ -314,6 +315,7 @@ impl RawRwLock<'_> {
     }
 
     /// After the writer left: wake every blocked reader and one blocked writer.
+    #[inline]
     pub(crate) fn wake_after_writer(&self) {
         if park::has_sleepers(&self.head.rwake) {
             self.wake(&self.head.rwake, u32::MAX);
