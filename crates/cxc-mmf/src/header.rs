@@ -72,6 +72,8 @@ pub enum Kind {
     Semaphore,
     /// `SharedCell<T>` (a `SeqLock<T>` in a file).
     Cell,
+    /// `SharedRwLock<T>`.
+    RwLock,
     /// A test-only kind, for exercising the file layer itself.
     Test,
 }
@@ -84,6 +86,7 @@ impl Kind {
             Kind::Heartbeat => 2,
             Kind::Semaphore => 3,
             Kind::Cell => 4,
+            Kind::RwLock => 5,
             Kind::Test => 0xFF,
         }
     }
@@ -95,6 +98,7 @@ impl Kind {
             2 => Some(Kind::Heartbeat),
             3 => Some(Kind::Semaphore),
             4 => Some(Kind::Cell),
+            5 => Some(Kind::RwLock),
             0xFF => Some(Kind::Test),
             _ => None,
         }
@@ -107,6 +111,7 @@ impl Kind {
             Kind::Heartbeat => "heartbeat",
             Kind::Semaphore => "semaphore",
             Kind::Cell => "cell",
+            Kind::RwLock => "rwlock",
             Kind::Test => "test",
         }
     }

@@ -9,6 +9,8 @@
 //!   value; a stalled or dead writer never exposes its bytes nor wedges the lock), on the
 //!   heap or in a file of its own; built on the lease's protocol.
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
+//! - [`SharedRwLock`]: a reader-writer lock (writer preference) surviving dead readers
+//!   and dead or stopped writers.
 //! - [`backend`]: [`FencedLease`] and [`PermitPool`], the blocking traits that the
 //!   mapped-file primitives ([`MmapLease`], [`SharedSemaphore`]) and `cxc-etcd` implement.
 //! - [`election`]: fenced, progress-driven leader election ([`Elector`]) on any backend,
@@ -34,6 +36,7 @@ mod heartbeat;
 pub mod liveness;
 pub(crate) mod park;
 pub(crate) mod primitive;
+mod rwlock;
 mod semaphore;
 #[cfg(not(cxc_loom))]
 mod seqlock;
@@ -60,6 +63,11 @@ pub use heartbeat::{HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, h
 #[cfg(not(cxc_loom))]
 pub use lease::{GuardError, LeaseBuilder, LeaseGuard, LeaseStatus, OwnedLeaseGuard, OwnerLease};
 pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+pub use rwlock::PAYLOAD_BYTES as RWLOCK_PAYLOAD_BYTES;
+#[cfg(not(cxc_loom))]
+pub use rwlock::{
+    ReadGuard, RwLockError, RwLockOptions, SharedRwLock, WriteGuard, WriteGuardError,
+};
 #[cfg(not(cxc_loom))]
 pub use semaphore::{
     HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreStats, SharedSemaphore,

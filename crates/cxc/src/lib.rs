@@ -183,3 +183,6 @@ pub use cxc_sync::{
     HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats,
     SharedSemaphore,
 };
+pub use cxc_sync::{
+    ReadGuard, RwLockError, RwLockOptions, SharedRwLock, WriteGuard, WriteGuardError,
+};

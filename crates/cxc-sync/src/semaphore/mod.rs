@@ -30,10 +30,10 @@ mod layout;
 mod raw;
 mod table;
 mod wake;
-mod word;
+pub(crate) mod word;
 
 #[cfg(cxc_loom)]
-mod model;
+pub(crate) mod model;
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 mod async_hooks;

@@ -1,0 +1,445 @@
+//! `SharedRwLock<T>`: the type, its file (layout parameters, create/open), the holder
+//! table (registration, reclaim of dead processes) and accessors.
+
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
+use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::error::{RwLockError, RwLockOptions};
+use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
+use super::raw::RawRwLock;
+use super::word::MAX_HOLDERS;
+use crate::semaphore::word::{
+    STATE_ACTIVE, STATE_RECLAIMING, TAG_FALLBACK, identity_tag, owner_parts, owner_word,
+};
+
+/// Format version in `params[1]`.
+const PROTOCOL: u64 = 1;
+
+/// Serialises registration within this process, so two handles of one file never claim
+/// two slots for the same process.
+static REGISTRY: Mutex<()> = Mutex::new(());
+
+/// A reader-writer lock shared by processes through a mapped file, guarding a payload
+/// `T` of at most [`PAYLOAD_BYTES`] bytes.
+///
+/// Many readers or one writer, across processes. Readers and the writer are tracked by
+/// process identity in a holder table sized at create: a process that dies holding the
+/// lock is reclaimed by the next waiter, and a writer that makes no progress for the
+/// grace period while others wait (e.g. a stopped process) is evicted, its later writes
+/// refused and never visible. Writers are preferred: once a writer waits, new readers
+/// wait behind it. Blocked callers sleep in the kernel.
+///
+/// # Examples
+/// ```
+/// use cxc_sync::SharedRwLock;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("config.rw");
+/// let lock = SharedRwLock::<u64>::create(&path, 7)?;
+/// let other = SharedRwLock::<u64>::open(&path)?; // e.g. in another process
+/// {
+///     let w = lock.write();
+///     w.update(|v| *v += 1)?;
+///     assert!(other.try_read().is_none()); // the writer excludes readers
+/// }
+/// let (a, b) = (lock.read(), other.read()); // many readers at once
+/// assert_eq!((a.get(), b.get()), (8, 8));
+/// # Ok(())
+/// # }
+/// ```
+pub struct SharedRwLock<T> {
+    pub(super) map: Mapped<RwHead, RwSlot>,
+    pub(super) grace: Duration,
+    /// `(pid << 32) | (slot + 1)`; 0 = not yet looked up. Keyed by pid so a forked child
+    /// looks its own slot up.
+    holder: AtomicU64,
+    _payload: PhantomData<fn() -> T>,
+}
+
+fn check_payload<T>() -> Result<(), RwLockError> {
+    if size_of::<T>() > PAYLOAD_BYTES {
+        return Err(RwLockError::PayloadTooLarge {
+            max: PAYLOAD_BYTES,
+            found: size_of::<T>(),
+        });
+    }
+    if align_of::<T>() > 8 {
+        return Err(RwLockError::PayloadAlign {
+            max: 8,
+            found: align_of::<T>(),
+        });
+    }
+    Ok(())
+}
+
+fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
+    let mismatch = |name, expected: String, found| MmfError::ParamMismatch {
+        name,
+        expected,
+        found,
+    };
+    if p[0] == 0 {
+        return Err(mismatch("grace_ns", "1..".into(), p[0]));
+    }
+    if p[1] != PROTOCOL {
+        return Err(mismatch(
+            "protocol",
+            format!(
+                "{PROTOCOL} (this build reads rwlock format version {PROTOCOL} only; the file \
+                 has version {})",
+                p[1]
+            ),
+            p[1],
+        ));
+    }
+    if p[3] != 0 {
+        return Err(mismatch("reserved param 3", "0".into(), p[3]));
+    }
+    Ok(())
+}
+
+fn expect<T>(check: &dyn Fn(&[u64; 4]) -> Result<(), MmfError>) -> Expect<'_> {
+    Expect {
+        kind: Kind::RwLock,
+        head_size: HEAD_SIZE,
+        slot_size: SLOT_SIZE,
+        capacity: None,
+        max_capacity: u64::from(MAX_HOLDERS),
+        payload: TypeFingerprint::of::<T>(),
+        check_params: check,
+    }
+}
+
+fn layout<T>(opts: &RwLockOptions) -> Result<Layout, RwLockError> {
+    check_payload::<T>()?;
+    if opts.holders == 0 || opts.holders > MAX_HOLDERS {
+        return Err(RwLockError::InvalidCapacity {
+            requested: opts.holders,
+            limit: MAX_HOLDERS,
+        });
+    }
+    let grace = u64::try_from(opts.grace.as_nanos()).unwrap_or(0);
+    if grace == 0 {
+        return Err(RwLockError::InvalidGrace { found: opts.grace });
+    }
+    Ok(Layout {
+        kind: Kind::RwLock,
+        head_size: HEAD_SIZE,
+        slot_size: SLOT_SIZE,
+        capacity: u64::from(opts.holders),
+        payload: TypeFingerprint::of::<T>(),
+        params: [grace, PROTOCOL, pid_namespace(), 0],
+    })
+}
+
+fn create_options(opts: &RwLockOptions) -> CreateOptions {
+    CreateOptions {
+        mode: opts.mode,
+        init_timeout: opts.init_timeout,
+    }
+}
+
+/// `value` as payload words (the rest zero).
+pub(super) fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
+    let mut words = [0u64; PAYLOAD_WORDS];
+    let src = value.as_bytes();
+    if let Some(dst) = words.as_mut_bytes().get_mut(..src.len()) {
+        dst.copy_from_slice(src);
+    }
+    words
+}
+
+/// The `T` in payload words (`None` only if `T` does not fit, which `check_payload`
+/// rules out).
+pub(super) fn from_words<T: FromBytes>(words: &[u64; PAYLOAD_WORDS]) -> Option<T> {
+    T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
+}
+
+fn init<T: IntoBytes + Immutable>(h: &RwHead, initial: &T) {
+    // Published by the file layer's init-state Release store.
+    for (dst, w) in h.bufs[0].iter().zip(to_words(initial)) {
+        dst.store(w, Ordering::Relaxed);
+    }
+}
+
+impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
+    /// Largest holder-table capacity (1023).
+    pub const MAX_HOLDERS: u32 = MAX_HOLDERS;
+
+    /// Creates a lock file at `path` holding `initial`, with the default
+    /// [`RwLockOptions`]. Never clobbers an existing file.
+    ///
+    /// # Errors
+    /// [`RwLockError::PayloadTooLarge`]/[`RwLockError::PayloadAlign`] for a `T` that does
+    /// not fit a buffer; [`RwLockError::File`] if the file cannot be created.
+    pub fn create(path: impl AsRef<Path>, initial: T) -> Result<Self, RwLockError> {
+        Self::create_with(path, initial, &RwLockOptions::default())
+    }
+
+    /// [`SharedRwLock::create`] with explicit options.
+    ///
+    /// # Errors
+    /// As [`SharedRwLock::create`], plus [`RwLockError::InvalidCapacity`] and
+    /// [`RwLockError::InvalidGrace`].
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        initial: T,
+        opts: &RwLockOptions,
+    ) -> Result<Self, RwLockError> {
+        let layout = layout::<T>(opts)?;
+        let map = Mapped::create(path, layout, &create_options(opts), |h: &RwHead, _| {
+            init(h, &initial)
+        })?;
+        Self::from_map(map)
+    }
+
+    /// Opens an existing lock file; the grace period and holder capacity are read from it.
+    /// The process is registered in the holder table at once.
+    ///
+    /// # Errors
+    /// [`RwLockError::File`] for a missing, foreign, corrupt or incompatible file (another
+    /// `T` is a [`MmfError`] payload mismatch); [`RwLockError::TableFull`];
+    /// [`RwLockError::ForeignPidNamespace`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, RwLockError> {
+        check_payload::<T>()?;
+        let map = Mapped::open(path, &expect::<T>(&check_params))?;
+        Self::from_map(map)
+    }
+
+    /// Creates the file, or opens it if it exists (or another process creates it at the
+    /// same time). `initial` and `opts` apply only when this call creates it.
+    ///
+    /// # Errors
+    /// As [`SharedRwLock::create`] and [`SharedRwLock::open`].
+    pub fn create_or_open(
+        path: impl AsRef<Path>,
+        initial: T,
+        opts: &RwLockOptions,
+    ) -> Result<(Self, Origin), RwLockError> {
+        let layout = layout::<T>(opts)?;
+        let (map, origin) = Mapped::create_or_open(
+            path,
+            layout,
+            &create_options(opts),
+            &expect::<T>(&check_params),
+            |h: &RwHead, _| init(h, &initial),
+        )?;
+        Ok((Self::from_map(map)?, origin))
+    }
+
+    fn from_map(map: Mapped<RwHead, RwSlot>) -> Result<Self, RwLockError> {
+        let file_ns = map.info().layout.params[2];
+        let mine = pid_namespace();
+        if file_ns != 0 && mine != 0 && file_ns != mine {
+            return Err(RwLockError::ForeignPidNamespace {
+                expected: file_ns,
+                found: mine,
+            });
+        }
+        let grace = Duration::from_nanos(map.info().layout.params[0].max(1));
+        let lock = SharedRwLock {
+            map,
+            grace,
+            holder: AtomicU64::new(0),
+            _payload: PhantomData,
+        };
+        lock.holder_slow()?;
+        Ok(lock)
+    }
+}
+
+impl<T> SharedRwLock<T> {
+    /// The protocol view of this file.
+    #[inline]
+    pub(super) fn raw(&self) -> RawRwLock<'_> {
+        RawRwLock {
+            head: self.map.head(),
+            slots: self.map.slots(),
+        }
+    }
+
+    /// This process's holder slot: cached; registered on first use (and again in a
+    /// forked child). `None` if the table is full of live processes.
+    #[inline]
+    pub(super) fn holder(&self) -> Option<usize> {
+        self.holder_and_pid().map(|(slot, _)| slot)
+    }
+
+    /// [`holder`](Self::holder) and this process's pid (one pid lookup for both).
+    #[inline]
+    pub(super) fn holder_and_pid(&self) -> Option<(usize, u32)> {
+        let pid = crate::liveness::current_pid();
+        let cached = self.holder.load(Ordering::Acquire);
+        if (cached >> 32) as u32 == pid && cached as u32 != 0 {
+            return Some((cached as u32 as usize - 1, pid));
+        }
+        self.holder_slow().ok().map(|slot| (slot, pid))
+    }
+
+    #[cold]
+    fn holder_slow(&self) -> Result<usize, RwLockError> {
+        let me = Identity::current();
+        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        let cached = self.holder.load(Ordering::Acquire);
+        if (cached >> 32) as u32 == me.pid && cached as u32 != 0 {
+            return Ok(cached as u32 as usize - 1);
+        }
+        let slots = self.map.slots();
+        let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(&me));
+        let claim_free = || {
+            slots.iter().position(|s| {
+                s.owner.load(Ordering::Relaxed) == 0
+                    // SYNC: owner (AcqRel; pairs with the Release in `reclaim_dead`).
+                    && s.owner
+                        .compare_exchange(0, owner, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+            })
+        };
+        let found = slots
+            .iter()
+            .position(|s| s.owner.load(Ordering::Acquire) == owner)
+            .or_else(|| {
+                let claimed = claim_free().or_else(|| {
+                    self.reclaim_dead();
+                    claim_free()
+                });
+                self.raw().bump(if claimed.is_some() {
+                    ctr::REGISTERED
+                } else {
+                    ctr::TABLE_FULL
+                });
+                claimed
+            });
+        let Some(slot) = found else {
+            return Err(RwLockError::TableFull {
+                capacity: slots.len() as u32,
+            });
+        };
+        // SYNC: Dekker. Writers scan the counts of slots below `hwm`; this slot is in
+        // range before it ever counts a read (SeqCst, ordered before our first RMW).
+        self.map
+            .head()
+            .hwm
+            .fetch_max(slot as u64 + 1, Ordering::SeqCst);
+        // SYNC: holder cache (Release; pairs with the Acquire in `holder`).
+        self.holder.store(
+            (u64::from(me.pid) << 32) | (slot as u64 + 1),
+            Ordering::Release,
+        );
+        Ok(slot)
+    }
+
+    /// Reclaims the slots of processes that died (the whole thread group gone, or the
+    /// pid now names another process): drops their read holds, evicts a dead writer, and
+    /// frees quarantined buffers of dead writers. Blocked callers do this themselves.
+    /// Returns the number of slots reclaimed.
+    pub fn reclaim_dead(&self) -> u32 {
+        let raw = self.raw();
+        let me = Identity::current();
+        let my_tag = identity_tag(&me);
+        let mine = owner_word(STATE_RECLAIMING, me.pid, my_tag);
+        let mut n = 0;
+        for (d, slot) in self.map.slots().iter().enumerate() {
+            let seen = slot.owner.load(Ordering::Acquire);
+            let (state, pid, tag) = owner_parts(seen);
+            if state != STATE_ACTIVE && state != STATE_RECLAIMING {
+                continue;
+            }
+            if (pid == me.pid && tag == my_tag) || !is_dead(pid, tag) {
+                continue;
+            }
+            if slot
+                .owner
+                .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            raw.drop_dead_slot(d);
+            // SYNC: owner (Release; pairs with the AcqRel claim in `holder_slow`).
+            let _ = slot
+                .owner
+                .compare_exchange(mine, 0, Ordering::Release, Ordering::Relaxed);
+            raw.bump(ctr::RECLAIMED);
+            n += 1;
+        }
+        raw.reap_quarantine(|s| self.slot_dead(s));
+        n
+    }
+
+    /// Whether the process that owned holder slot `s` is gone (a free or reclaiming
+    /// slot's owner was found dead).
+    pub(super) fn slot_dead(&self, s: usize) -> bool {
+        let Some(slot) = self.map.slots().get(s) else {
+            return false;
+        };
+        let (state, pid, tag) = owner_parts(slot.owner.load(Ordering::Acquire));
+        state != STATE_ACTIVE || is_dead(pid, tag)
+    }
+
+    /// The grace period (stored in the file).
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// Number of holder slots in the file.
+    pub fn holder_capacity(&self) -> usize {
+        self.map.slots().len()
+    }
+
+    /// The path the file was created or opened at.
+    pub fn path(&self) -> &Path {
+        self.map.path()
+    }
+
+    /// The fencing token of the current (or last) write lock.
+    pub fn current_token(&self) -> u64 {
+        self.raw().word().token()
+    }
+
+    /// The cumulative event counters, by name.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        ctr::NAMES
+            .iter()
+            .zip(&self.map.head().counters)
+            .map(|(n, c)| (*n, c.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// Whether the process named by `pid` and identity tag `tag` is gone (as the
+/// semaphore's holder check: unknown counts as alive, never reclaim on a guess).
+pub(super) fn is_dead(pid: u32, tag: u32) -> bool {
+    if pid == 0 || tag == 0 {
+        return false;
+    }
+    match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
+        PidLookup::NoProcess => true,
+        PidLookup::Unknown => false,
+        PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
+    }
+}
+
+/// The id (nsfs inode) of this process's pid namespace; 0 if unknown.
+fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+impl<T> std::fmt::Debug for SharedRwLock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let w = self.raw().word();
+        f.debug_struct("SharedRwLock")
+            .field("path", &self.map.path())
+            .field("writer", &w.writer())
+            .field("token", &w.token())
+            .finish()
+    }
+}

@@ -1,0 +1,164 @@
+//! The on-file structs: the 768-byte head block and the 64-byte holder slots.
+//!
+//! Offsets are relative to the start of the block (the head starts at byte 128 of the
+//! file, after the cxc header; slot `i` at `128 + 768 + 64 * i`). The normative table is
+//! in `docs/shared-rwlock.md`.
+//!
+//! | offset | field      | type           | meaning                                      |
+//! |--------|------------|----------------|----------------------------------------------|
+//! | 0      | `state`    | `u64`          | state word (`word::Word`)                    |
+//! | 8      | `beat`     | `u64`          | writer progress counter (lock, write, beat)  |
+//! | 16     | `rwake`    | `u32`          | futex word: readers waiting for the writer to leave |
+//! | 20     | `wwake`    | `u32`          | futex word: writers waiting for the writer to leave |
+//! | 24     | `dwake`    | `u32`          | futex word: the writer waiting for readers to leave |
+//! | 28     | reserved   | `u32`          | 0                                            |
+//! | 32     | `hwm`      | `u64`          | 1 + highest holder slot ever registered      |
+//! | 40     | reserved   | `[u64; 3]`     | 0                                            |
+//! | 64     | `qtag`     | `[u64; 8]`     | quarantine records (`word::quarantine_tag`)  |
+//! | 128    | `counters` | `[u64; 16]`    | cumulative event counters (`ctr::*`)         |
+//! | 256    | `bufs`     | `[[u64; 8]; 8]`| payload buffers, 64 bytes each               |
+//!
+//! Slot: `owner: u64` at 0 (the semaphore's owner word: pid and identity tag),
+//! `readers: u64` at 8 (read holds of that process), 48 reserved bytes, so each
+//! process's read count sits on its own cache line.
+
+use crate::primitive::{AtomicU32, AtomicU64};
+
+/// Payload words per buffer.
+pub(crate) const PAYLOAD_WORDS: usize = 8;
+/// Largest payload `T` (bytes).
+pub const PAYLOAD_BYTES: usize = PAYLOAD_WORDS * 8;
+
+/// The lock's fixed block.
+#[repr(C, align(64))]
+#[cfg_attr(not(cxc_loom), derive(zerocopy::FromBytes, zerocopy::KnownLayout))]
+pub(crate) struct RwHead {
+    /// The state word.
+    pub(crate) state: AtomicU64,
+    /// Bumped by the writer when it locks, writes or beats: waiters that see neither
+    /// this nor the token move for a grace period evict the writer.
+    pub(crate) beat: AtomicU64,
+    /// Readers blocked behind a writer sleep here.
+    pub(crate) rwake: AtomicU32,
+    /// Writers blocked behind a writer sleep here.
+    pub(crate) wwake: AtomicU32,
+    /// The writer waiting for readers to leave sleeps here.
+    pub(crate) dwake: AtomicU32,
+    _reserved0: AtomicU32,
+    /// 1 + the highest holder slot ever registered (never shrinks): writers scan the
+    /// read counts of slots below it.
+    pub(crate) hwm: AtomicU64,
+    _reserved1: [AtomicU64; 3],
+    /// Quarantine records, one per buffer.
+    pub(crate) qtag: [AtomicU64; 8],
+    /// Cumulative event counters (indices in [`ctr`]).
+    pub(crate) counters: [AtomicU64; 16],
+    /// Payload buffers.
+    pub(crate) bufs: [[AtomicU64; PAYLOAD_WORDS]; 8],
+}
+
+/// One entry of the holder table.
+#[repr(C, align(64))]
+#[cfg_attr(not(cxc_loom), derive(zerocopy::FromBytes, zerocopy::KnownLayout))]
+pub(crate) struct RwSlot {
+    /// The owner word (`semaphore::word::owner_word`).
+    pub(crate) owner: AtomicU64,
+    /// Read holds of the owning process.
+    pub(crate) readers: AtomicU64,
+    _reserved: [AtomicU64; 6],
+}
+
+/// Size of [`RwHead`] in the file.
+pub(crate) const HEAD_SIZE: u32 = 768;
+/// Size of one [`RwSlot`] in the file.
+pub(crate) const SLOT_SIZE: u32 = 64;
+
+#[cfg(not(cxc_loom))]
+const _: () = {
+    assert!(size_of::<RwHead>() == HEAD_SIZE as usize);
+    assert!(size_of::<RwSlot>() == SLOT_SIZE as usize);
+    assert!(std::mem::offset_of!(RwHead, beat) == 8);
+    assert!(std::mem::offset_of!(RwHead, rwake) == 16);
+    assert!(std::mem::offset_of!(RwHead, dwake) == 24);
+    assert!(std::mem::offset_of!(RwHead, hwm) == 32);
+    assert!(std::mem::offset_of!(RwHead, qtag) == 64);
+    assert!(std::mem::offset_of!(RwHead, counters) == 128);
+    assert!(std::mem::offset_of!(RwHead, bufs) == 256);
+    assert!(std::mem::offset_of!(RwSlot, readers) == 8);
+};
+
+/// Indices into [`RwHead::counters`].
+pub(crate) mod ctr {
+    /// A read lock found a writer and entered the blocking path.
+    pub(crate) const READ_CONTENDED: usize = 0;
+    /// A write lock found a writer or readers and entered the blocking path.
+    pub(crate) const WRITE_CONTENDED: usize = 1;
+    /// A blocked caller went to sleep in the kernel.
+    pub(crate) const SLEEPS: usize = 2;
+    /// A timed lock gave up.
+    pub(crate) const TIMEOUTS: usize = 3;
+    /// Writers evicted because their process died.
+    pub(crate) const EVICTED_DEAD: usize = 4;
+    /// Writers evicted because they made no progress for a grace period.
+    pub(crate) const EVICTED_STALE: usize = 5;
+    /// Dead processes' holder slots reclaimed (their read holds dropped).
+    pub(crate) const RECLAIMED: usize = 6;
+    /// Holder slots registered.
+    pub(crate) const REGISTERED: usize = 7;
+    /// Registrations refused: the table was full of live processes.
+    pub(crate) const TABLE_FULL: usize = 8;
+    /// Writes, beats or unlocks of an evicted writer, refused.
+    pub(crate) const STALE_REJECTED: usize = 9;
+    /// Quarantined buffers freed by their (evicted, live) writer.
+    pub(crate) const QUARANTINE_FREED: usize = 10;
+    /// Quarantined buffers freed because their writer's process died.
+    pub(crate) const QUARANTINE_REAPED: usize = 11;
+    /// Names of the counters in use, by index.
+    pub(crate) const NAMES: [&str; 12] = [
+        "read_contended",
+        "write_contended",
+        "sleeps",
+        "timeouts",
+        "evicted_dead",
+        "evicted_stale",
+        "reclaimed",
+        "registered",
+        "table_full",
+        "stale_rejected",
+        "quarantine_freed",
+        "quarantine_reaped",
+    ];
+}
+
+impl RwHead {
+    /// A zeroed head (the initial state: no writer, buffer 0 published, token 0). Loom
+    /// models build it on the heap; the file starts zero-filled.
+    #[cfg(cxc_loom)]
+    pub(crate) fn new() -> Self {
+        RwHead {
+            state: AtomicU64::new(0),
+            beat: AtomicU64::new(0),
+            rwake: AtomicU32::new(0),
+            wwake: AtomicU32::new(0),
+            dwake: AtomicU32::new(0),
+            _reserved0: AtomicU32::new(0),
+            hwm: AtomicU64::new(0),
+            _reserved1: std::array::from_fn(|_| AtomicU64::new(0)),
+            qtag: std::array::from_fn(|_| AtomicU64::new(0)),
+            counters: std::array::from_fn(|_| AtomicU64::new(0)),
+            bufs: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+}
+
+impl RwSlot {
+    /// A free slot (loom models build the table on the heap).
+    #[cfg(cxc_loom)]
+    pub(crate) fn new() -> Self {
+        RwSlot {
+            owner: AtomicU64::new(0),
+            readers: AtomicU64::new(0),
+            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
