@@ -55,6 +55,15 @@ impl FileError for cxc::election::MmapElectionError {
     }
 }
 
+impl FileError for cxc::SeqLockError {
+    fn mmf(&self) -> Option<&MmfError> {
+        match self {
+            cxc::SeqLockError::File(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
 impl FileError for std::io::Error {
     fn mmf(&self) -> Option<&MmfError> {
         None
