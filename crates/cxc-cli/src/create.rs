@@ -51,6 +51,14 @@ pub(crate) enum CreateKind {
         #[arg(long, default_value = "600", value_parser = parse_mode)]
         mode: u32,
     },
+    /// A SharedCell file holding 48 raw bytes (the cells `inspect` decodes).
+    Cell {
+        /// The new file.
+        path: PathBuf,
+        /// The initial value in hex (at most 48 bytes; zero-padded). Default all zero.
+        #[arg(long, value_parser = parse_hex)]
+        value: Option<cxc_cli::CellBytes>,
+    },
     /// A HeartbeatTable file.
     Heartbeat {
         /// The new file.
@@ -72,6 +80,22 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok()
         .filter(|m| *m <= 0o777)
         .ok_or_else(|| format!("`{s}` is not an octal file mode"))
+}
+
+fn parse_hex(s: &str) -> Result<cxc_cli::CellBytes, String> {
+    let mut out = [0u8; cxc_cli::CELL_BYTES];
+    let digits = s.strip_prefix("0x").unwrap_or(s).as_bytes();
+    if digits.len() % 2 != 0 || digits.len() / 2 > out.len() {
+        return Err(format!(
+            "`{s}`: expected an even number of hex digits, at most {} bytes",
+            out.len()
+        ));
+    }
+    for (o, pair) in out.iter_mut().zip(digits.chunks(2)) {
+        let text = std::str::from_utf8(pair).map_err(|_| format!("`{s}` is not hex"))?;
+        *o = u8::from_str_radix(text, 16).map_err(|_| format!("`{s}` is not hex"))?;
+    }
+    Ok(out)
 }
 
 pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
@@ -115,6 +139,16 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
             cxc::SharedSemaphore::create_with(&path, initial.unwrap_or(permits), permits, &opts)
                 .map_err(|e| files::error(&path, &e))?;
             println!("created semaphore {} ({permits} permits)", path.display());
+            Ok(())
+        }
+        CreateKind::Cell { path, value } => {
+            cxc::SharedCell::create(&path, value.unwrap_or([0; cxc_cli::CELL_BYTES]))
+                .map_err(|e| files::error(&path, &e))?;
+            println!(
+                "created cell {} ({} bytes)",
+                path.display(),
+                cxc_cli::CELL_BYTES
+            );
             Ok(())
         }
         CreateKind::Heartbeat {

@@ -46,6 +46,24 @@ impl FileError for cxc::HeartbeatError {
     }
 }
 
+impl FileError for cxc::election::MmapElectionError {
+    fn mmf(&self) -> Option<&MmfError> {
+        match self {
+            cxc::election::MmapElectionError::Lease(cxc::LeaseError::File(m)) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+impl FileError for cxc::SeqLockError {
+    fn mmf(&self) -> Option<&MmfError> {
+        match self {
+            cxc::SeqLockError::File(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
 impl FileError for std::io::Error {
     fn mmf(&self) -> Option<&MmfError> {
         None

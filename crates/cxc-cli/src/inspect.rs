@@ -34,6 +34,44 @@ pub enum State {
     Heartbeat(HeartbeatView),
     /// A semaphore's permits, holders and counters.
     Semaphore(SemaphoreView),
+    /// A shared cell's published value and counters.
+    Cell(CellView),
+}
+
+/// The payload of the cells `cxc create cell` makes and `inspect` decodes: 48 raw bytes
+/// (the largest value a cell holds).
+pub type CellBytes = [u8; CELL_BYTES];
+/// Bytes of [`CellBytes`].
+pub const CELL_BYTES: usize = 48;
+
+/// A shared cell's state.
+#[derive(Debug)]
+pub struct CellView {
+    /// The published value.
+    pub value: CellBytes,
+    /// Named cumulative counters.
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+impl CellView {
+    /// The value as lowercase hex, two digits a byte.
+    pub fn hex(&self) -> String {
+        self.value.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+fn cell(path: &Path, info: &HeaderInfo) -> Result<cxc::SharedCell<CellBytes>, CliError> {
+    let payload = info.layout.payload;
+    if payload != cxc::mmf::TypeFingerprint::of::<CellBytes>() {
+        return Err(CliError::usage(format!(
+            "{}: a cell of a {}-byte payload type this build cannot decode (inspect reads \
+             the cells `cxc create cell` makes: {CELL_BYTES} raw bytes)",
+            path.display(),
+            payload.size
+        )));
+    }
+    cxc::SharedCell::<CellBytes>::open(path)
+        .map_err(|e| CliError::usage(crate::files::message(path, &e)))
 }
 
 /// A semaphore's state.
@@ -121,6 +159,19 @@ pub fn load(path: &Path) -> Result<View, CliError> {
                 State::Semaphore(view),
                 s.strategy(),
                 s.recent_observations(),
+            )
+        }
+        Kind::Cell => {
+            use cxc::AdaptiveInstance;
+            let c = cell(path, &info)?;
+            let view = CellView {
+                value: c.load(),
+                counters: cxc::SharedCell::counters(&c),
+            };
+            (
+                State::Cell(view),
+                c.handshake().current(),
+                c.ring().snapshot(),
             )
         }
         other => {

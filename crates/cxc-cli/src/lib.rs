@@ -19,7 +19,10 @@ use std::path::Path;
 pub use error::{
     CliError, EXIT_CANNOT_EXEC, EXIT_ERROR, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT,
 };
-pub use inspect::{HeartbeatView, MIN_WATCH_INTERVAL, SemaphoreView, State, View, load, watch};
+pub use inspect::{
+    CELL_BYTES, CellBytes, CellView, HeartbeatView, MIN_WATCH_INTERVAL, SemaphoreView, State, View,
+    load, watch,
+};
 
 /// What `cxc inspect PATH` prints, or the one-line error it reports.
 ///

@@ -8,6 +8,7 @@
 mod create;
 mod demo;
 mod duration;
+mod elect;
 mod lease_run;
 mod sem_run;
 mod supervise;
@@ -78,6 +79,9 @@ enum Command {
         #[command(subcommand)]
         what: SemCmd,
     },
+    /// Run a command while this candidate leads an election (stopped when the term is
+    /// lost, started again when won); the command gets CXC_FENCING_TOKEN.
+    Elect(elect::Elect),
     /// A self-contained failover scenario on real processes (coordinators, workers,
     /// a lease, a heartbeat table, a semaphore); exits 0 only if every invariant held.
     Demo(demo::Demo),
@@ -148,6 +152,7 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Sem {
             what: SemCmd::Run(args),
         } => sem_run::run(args),
+        Command::Elect(args) => elect::run(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoRole(r) => demo::run_role(r),
     }

@@ -171,6 +171,31 @@ pub fn render(views: &[View]) -> String {
                     );
                 }
             }
+            State::Cell(c) => {
+                f.add(
+                    "cxc_cell_info",
+                    "gauge",
+                    "A shared cell's published value (hex), always 1.",
+                    &[p(), ("value", c.hex())],
+                    1,
+                );
+                f.add(
+                    "cxc_cell_value_bytes",
+                    "gauge",
+                    "Bytes of a shared cell's value.",
+                    &[p()],
+                    c.value.len() as u64,
+                );
+                for (n, v) in &c.counters {
+                    f.add(
+                        "cxc_cell_events_total",
+                        "counter",
+                        "Cumulative shared-cell events, by event.",
+                        &[p(), ("event", (*n).into())],
+                        *v,
+                    );
+                }
+            }
             State::Heartbeat(h) => {
                 f.add(
                     "cxc_heartbeat_slots",

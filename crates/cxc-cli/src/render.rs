@@ -150,6 +150,17 @@ pub fn text(v: &View) -> String {
                 st.reclaimed_holders
             );
         }
+        State::Cell(c) => {
+            let _ = writeln!(
+                s,
+                "  value:       {} ({} bytes, hex)",
+                c.hex(),
+                c.value.len()
+            );
+            let counters: Vec<String> =
+                c.counters.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            let _ = writeln!(s, "  counters:    {}", counters.join(" "));
+        }
     }
     let _ = writeln!(
         s,
@@ -242,6 +253,12 @@ pub fn json(v: &View) -> Value {
                 "handed": m.stats.handed,
                 "reclaim_scans": m.stats.reclaim_scans,
             },
+        }),
+        State::Cell(c) => json!({
+            "value_hex": c.hex(),
+            "value_bytes": c.value.len(),
+            "counters": c.counters.iter().map(|(n, v)| (n.to_string(), json!(v)))
+                .collect::<serde_json::Map<_, _>>(),
         }),
     };
     let recent: Vec<Value> = v

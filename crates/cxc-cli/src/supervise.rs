@@ -58,6 +58,8 @@ const FORWARDED: [(i32, Signal); 3] = [
 pub(crate) struct Signals {
     rx: UnixStream,
     flags: Vec<(Signal, Arc<AtomicBool>)>,
+    /// Whether any signal was ever taken.
+    seen: std::cell::Cell<bool>,
 }
 
 impl Signals {
@@ -72,7 +74,11 @@ impl Signals {
             signal_hook::low_level::pipe::register(raw, tx.try_clone()?)?;
             flags.push((sig, flag));
         }
-        Ok(Signals { rx, flags })
+        Ok(Signals {
+            rx,
+            flags,
+            seen: std::cell::Cell::new(false),
+        })
     }
 
     fn fd(&self) -> BorrowedFd<'_> {
@@ -83,11 +89,21 @@ impl Signals {
     pub(crate) fn take(&self) -> Vec<Signal> {
         let mut buf = [0u8; 64];
         while matches!(std::io::Read::read(&mut &self.rx, &mut buf), Ok(n) if n > 0) {}
-        self.flags
+        let taken: Vec<Signal> = self
+            .flags
             .iter()
             .filter(|(_, f)| f.swap(false, Ordering::AcqRel))
             .map(|(s, _)| *s)
-            .collect()
+            .collect();
+        if !taken.is_empty() {
+            self.seen.set(true);
+        }
+        taken
+    }
+
+    /// Whether a signal was ever taken (by [`take`](Self::take)).
+    pub(crate) fn seen(&self) -> bool {
+        self.seen.get()
     }
 }
 
@@ -184,6 +200,12 @@ impl Parent {
 
     pub(crate) fn is_gone(&self) -> bool {
         wait_any(&[self.pidfd.as_fd()], Some(Duration::ZERO))[0]
+    }
+
+    /// Sleeps `d`, or less if the wrapper dies or a signal arrives; `false` then.
+    pub(crate) fn pause(&self, signals: &Signals, d: Duration) -> bool {
+        let ready = wait_any(&[self.pidfd.as_fd(), signals.fd()], Some(d));
+        !ready.iter().any(|r| *r)
     }
 }
 
