@@ -103,6 +103,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Starts `n` "slot_user" children of test `test` (each claims once with its own pid and
+/// keeps its handle, or drops it when `drop(i)`), and waits until every one has claimed.
+fn slot_users(
+    test: &str,
+    path: &Path,
+    done: &Path,
+    n: usize,
+    drop: impl Fn(usize) -> bool,
+) -> Vec<Proc> {
+    let mut users: Vec<Proc> = (0..n)
+        .map(|i| {
+            RoleCommand::new(test, "slot_user")
+                .arg("path", path)
+                .arg("done", done)
+                .arg("drop", if drop(i) { "1" } else { "0" })
+                .spawn()
+        })
+        .collect();
+    for u in &mut users {
+        let r = u.next_report(REPORT_WAIT);
+        assert_eq!(num(&r, "claimed"), 1, "{r}");
+    }
+    users
+}
+
 fn counters(lease: &OwnerLease<P>) -> [u64; counter::COUNT] {
     lease.status().counters
 }
@@ -624,19 +649,7 @@ fn many_slot_users_and_a_killed_writer_never_wedge() {
     let done = dir.path().join("done");
     let lease = OwnerLease::<P>::create_with(&path, [0; 6], &never()).expect("create");
     let pid = me();
-    let mut users: Vec<Proc> = (0..20)
-        .map(|i| {
-            RoleCommand::new(T4, "slot_user")
-                .arg("path", &path)
-                .arg("done", &done)
-                .arg("drop", if i % 7 == 0 { "1" } else { "0" })
-                .spawn()
-        })
-        .collect();
-    for u in &mut users {
-        let r = u.next_report(REPORT_WAIT);
-        assert_eq!(num(&r, "claimed"), 1, "{r}");
-    }
+    let mut users = slot_users(T4, &path, &done, 20, |i| i % 7 == 0);
     let mut victim = RoleCommand::new(T4, "victim").arg("path", &path).spawn();
     assert_eq!(victim.next_report(REPORT_WAIT), "inside");
     assert_eq!(lease.current_owner(), Some(victim.pid()));
@@ -1535,19 +1548,7 @@ fn dead_holder_in_full_table_is_replaced_by_a_newcomer() {
     let lease = OwnerLease::<P>::create_with(&path, [0; 6], &never()).expect("create");
     let pid = me();
     // 63 live, idle slot owners, then a 64th process that dies inside `with_lease`.
-    let mut users: Vec<Proc> = (0..63)
-        .map(|_| {
-            RoleCommand::new(T4C, "slot_user")
-                .arg("path", &path)
-                .arg("done", &done)
-                .arg("drop", "0")
-                .spawn()
-        })
-        .collect();
-    for u in &mut users {
-        let r = u.next_report(REPORT_WAIT);
-        assert_eq!(num(&r, "claimed"), 1, "{r}");
-    }
+    let mut users = slot_users(T4C, &path, &done, 63, |_| false);
     let mut victim = RoleCommand::new(T4C, "victim").arg("path", &path).spawn();
     assert_eq!(victim.next_report(REPORT_WAIT), "inside");
     let vpid = victim.pid();
@@ -1595,19 +1596,7 @@ fn acquire_without_a_slot_waits_for_its_timeout() {
     let done = dir.path().join("done");
     let lease = OwnerLease::<P>::create_with(&path, [0; 6], &never()).expect("create");
     let pid = me();
-    let mut users: Vec<Proc> = (0..64)
-        .map(|_| {
-            RoleCommand::new(T4D, "slot_user")
-                .arg("path", &path)
-                .arg("done", &done)
-                .arg("drop", "0")
-                .spawn()
-        })
-        .collect();
-    for u in &mut users {
-        let r = u.next_report(REPORT_WAIT);
-        assert_eq!(num(&r, "claimed"), 1, "{r}");
-    }
+    let mut users = slot_users(T4D, &path, &done, 64, |_| false);
     assert_eq!(lease.current_owner(), None, "the lease is vacant");
     let timeout = Duration::from_millis(300);
     let t = Instant::now();
