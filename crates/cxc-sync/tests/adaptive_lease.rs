@@ -89,7 +89,10 @@ fn adaptive_spin_switches_a_real_lease_and_another_process_follows() {
         .into_iter()
         .filter(|o| o.op == cxc_sidecar::OpCode::LeaseBlockedWait)
         .count();
-    assert!(waits > 0, "waits were recorded");
+    // The ring keeps the last 64 observations; later claims may have pushed the waits out,
+    // so the file's cumulative count of blocked acquires is evidence too.
+    let blocked = lease.status().counters[cxc_sync::lease::counter::BLOCKED_WAITS];
+    assert!(waits > 0 || blocked > 0, "waits were recorded");
 
     let reports = RoleCommand::new(
         "adaptive_spin_switches_a_real_lease_and_another_process_follows",
