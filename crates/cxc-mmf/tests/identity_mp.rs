@@ -32,7 +32,7 @@ fn main() {
         return;
     }
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let tests: [(&str, Test); 5] = [
+    let tests: [(&str, Test); 6] = [
         ("self_alive", self_alive),
         (
             "exited_child_dead_also_as_zombie",
@@ -42,6 +42,10 @@ fn main() {
         (
             "fork_without_exec_is_new_identity",
             fork_without_exec_is_new_identity,
+        ),
+        (
+            "raw_fork_syscall_is_new_identity",
+            raw_fork_syscall_is_new_identity,
         ),
         ("child_reports_its_identity", child_reports_its_identity),
     ];
@@ -147,15 +151,38 @@ fn main_thread_exit_is_alive(fallback: bool) {
 }
 
 fn fork_without_exec_is_new_identity(fallback: bool) {
+    forked_child_is_new_identity(fallback, false);
+}
+
+/// The same through the raw `fork` system call, which runs none of libc's fork handlers:
+/// the cache must not depend on them.
+fn raw_fork_syscall_is_new_identity(fallback: bool) {
+    forked_child_is_new_identity(fallback, true);
+}
+
+fn forked_child_is_new_identity(fallback: bool, raw: bool) {
     let me = Identity::current();
+    // Warm: the child must not see the parent's cached identity.
+    assert_eq!(cxc_mmf::identity::current_pid(), std::process::id());
     let mut fds = [0; 2];
     // SAFETY: `fds` is a valid array of two ints for pipe(2) to fill.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     // SAFETY: the child only computes its identity (allocation-free), writes it with
     // write(2) and leaves with _exit(2); it touches no lock another thread may hold.
-    let pid = unsafe { libc::fork() };
+    let pid = if raw {
+        // SAFETY: as above; the raw system call (a `clone` that behaves as `fork`) only
+        // skips libc's fork handlers.
+        unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) as libc::pid_t }
+    } else {
+        // SAFETY: as above.
+        unsafe { libc::fork() }
+    };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        if cxc_mmf::identity::current_pid() == me.pid {
+            // SAFETY: leaving the child at once, with a status the parent checks.
+            unsafe { libc::_exit(3) };
+        }
         let words = Identity::current().to_words();
         let mut bytes = [0u8; 32];
         for (chunk, w) in bytes.chunks_exact_mut(8).zip(words) {
@@ -172,15 +199,17 @@ fn fork_without_exec_is_new_identity(fallback: bool) {
     let mut bytes = [0u8; 32];
     // SAFETY: fds[0] is the pipe's read end, owned by us from here on.
     let mut r = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+    let mut status = 0;
+    // SAFETY: waiting for our own child with a valid status pointer (its 32 bytes fit in
+    // the pipe's buffer, so it never waits for us).
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert_eq!(status, 0, "the child saw its parent's pid as current_pid()");
     r.read_exact(&mut bytes).unwrap();
     let mut words = [0u64; 4];
     for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
         *w = u64::from_ne_bytes(chunk.try_into().unwrap());
     }
     let kid = Identity::from_words(words);
-    let mut status = 0;
-    // SAFETY: waiting for our own child with a valid status pointer.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     check_form(&kid, fallback);
     assert_eq!(
         kid.pid, pid as u32,

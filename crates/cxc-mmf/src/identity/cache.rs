@@ -1,10 +1,13 @@
 //! This process's identity, cached so that reading it costs no system call, and correct
 //! in a child made by `fork` without `exec`.
 //!
-//! The cache lives in a page mapped with `MADV_WIPEONFORK`: a forked child sees it
-//! zero-filled and computes its own identity instead of acting as its parent. Where the
-//! page cannot be made (not Linux, kernel < 4.14) a plain static is used and checked
-//! against `getpid` on every read: correct, one system call slower.
+//! The cache lives in a page advised `MADV_WIPEONFORK`: a forked child sees it
+//! zero-filled and computes its own identity instead of acting as its parent, whatever
+//! made the child (libc's `fork`, or a raw `clone` that runs no fork handlers). The page
+//! is a page-aligned static where the kernel accepts the advice for it (then the warm
+//! pid is one load of a fixed address), else a mapping of its own. Where neither can be
+//! made (not Linux, kernel < 4.14) a plain static is used and checked against `getpid`
+//! on every read: correct, one system call slower.
 //!
 //! The slow path allocates nothing (it reads `/proc` into stack buffers), so a forked
 //! child of a multi-threaded process may call it.
@@ -75,8 +78,27 @@ impl Cache {
     }
 }
 
-/// The wipe-on-fork page, once made (never unmapped).
+/// The wipe-on-fork page, once made (never unmapped): `WIPE` or a mapping of its own.
 static PAGE: AtomicPtr<Cache> = AtomicPtr::new(ptr::null_mut());
+
+/// A static page for the cache, so that the warm path reads a fixed address with no
+/// pointer to follow. It is used only once `madvise(MADV_WIPEONFORK)` succeeded on it
+/// (the static is all atomics, zero-initialized, so it lies in `.bss`, private anonymous
+/// memory); it is aligned to and exactly one 4 KiB page, and used only where the page
+/// size is 4 KiB, so wiping it touches nothing else.
+#[repr(C, align(4096))]
+struct WipePage {
+    cache: Cache,
+    _rest: [AtomicU64; WIPE_REST],
+}
+
+const WIPE_REST: usize = (4096 - size_of::<Cache>()) / 8;
+const _: () = assert!(size_of::<WipePage>() == 4096);
+
+static WIPE: WipePage = WipePage {
+    cache: Cache::new(),
+    _rest: [const { AtomicU64::new(0) }; WIPE_REST],
+};
 /// Set when the page cannot be made; then `STATIC` is used and verified by `getpid`.
 static NO_PAGE: AtomicU32 = AtomicU32::new(0);
 static STATIC: Cache = Cache::new();
@@ -84,11 +106,14 @@ static STATIC: Cache = Cache::new();
 /// This process's facts.
 #[inline]
 pub(super) fn facts() -> Facts {
+    if let Some(f) = WIPE.cache.get() {
+        return f;
+    }
     let p = PAGE.load(Ordering::Acquire);
     if !p.is_null() {
-        // SAFETY: a non-null `PAGE` points to a `Cache` at the start of a private
-        // anonymous mapping that is never unmapped (see `make_page`); a forked child
-        // inherits the mapping (zero-filled), so the pointer stays valid there too.
+        // SAFETY: a non-null `PAGE` points to a `Cache` that is never unmapped: `WIPE`
+        // (a static) or the start of a private anonymous mapping (see `make_page`); a
+        // forked child inherits either (zero-filled), so the pointer stays valid there too.
         if let Some(f) = unsafe { &*p }.get() {
             return f;
         }
@@ -96,10 +121,16 @@ pub(super) fn facts() -> Facts {
     facts_slow()
 }
 
-/// This process's pid alone: two loads once warm (the hot paths of the primitives key
-/// their per-handle caches by it).
+/// This process's pid alone: one load of a static once warm (the hot paths of the
+/// primitives key their per-handle caches by it).
 #[inline]
 pub(super) fn pid() -> u32 {
+    // `WIPE` is filled only once it is wipe-on-fork (it is then `PAGE`), so a non-zero
+    // pid there is this process's own.
+    let pid = WIPE.cache.pid.load(Ordering::Acquire);
+    if pid != 0 {
+        return pid as u32;
+    }
     let p = PAGE.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: as in `facts`.
@@ -154,6 +185,7 @@ fn page() -> Option<&'static Cache> {
                 if PAGE
                     .compare_exchange(ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
+                    && !ptr::eq(new, &WIPE.cache)
                 {
                     unmap_page(new);
                 }
@@ -169,6 +201,16 @@ const PAGE_LEN: usize = 4096;
 #[cfg(target_os = "linux")]
 fn make_page() -> Option<*mut Cache> {
     use rustix::mm::{Advice, MapFlags, ProtFlags, madvise, mmap_anonymous};
+    if page_size() == PAGE_LEN {
+        let p = ptr::from_ref(&WIPE).cast_mut().cast::<std::ffi::c_void>();
+        // SAFETY: `WIPE` is page-aligned and exactly one page long (asserted above, and
+        // the page size is checked), so the advice covers no other object; wiping resets
+        // its atomics to zero, a valid `Cache` meaning "not filled". The kernel refuses
+        // the advice (and nothing changes) unless the page is private anonymous memory.
+        if unsafe { madvise(p, PAGE_LEN, Advice::LinuxWipeOnFork) }.is_ok() {
+            return Some(ptr::from_ref(&WIPE.cache).cast_mut());
+        }
+    }
     // SAFETY: a fresh private anonymous mapping at an address the kernel chooses; no
     // existing memory is affected.
     let p = unsafe {
@@ -191,6 +233,14 @@ fn make_page() -> Option<*mut Cache> {
     Some(p.cast())
 }
 
+/// The system's page size (`sysconf`, which reads the auxiliary vector libc kept; 0 if
+/// unknown).
+#[cfg(target_os = "linux")]
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(0)
+}
+
 #[cfg(target_os = "linux")]
 fn unmap_page(p: *mut Cache) {
     // SAFETY: `p` came from `make_page` and was never published, so nothing refers to it.
@@ -204,3 +254,20 @@ fn make_page() -> Option<*mut Cache> {
 
 #[cfg(not(target_os = "linux"))]
 fn unmap_page(_p: *mut Cache) {}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warm_pid_comes_from_the_static_wipe_on_fork_page() {
+        assert_eq!(pid(), std::process::id());
+        if page_size() == PAGE_LEN {
+            assert!(ptr::eq(PAGE.load(Ordering::Acquire), &WIPE.cache));
+            assert_eq!(
+                WIPE.cache.pid.load(Ordering::Acquire),
+                u64::from(std::process::id())
+            );
+        }
+    }
+}
