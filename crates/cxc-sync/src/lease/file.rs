@@ -318,6 +318,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.clock.now(&self.state().epoch)
     }
 
+    /// Whether the handle's first cache entry says this process uses holder value
+    /// `holder` for `pid` (one load of the entry, one of the process's cached pid).
+    #[inline(always)]
+    pub(super) fn cache_hit(&self, pid: u32, holder: u8) -> bool {
+        let me = u64::from(cxc_mmf::identity::current_pid());
+        let want = me << 41 | u64::from(pid) << 8 | u64::from(holder);
+        self.cache[0].load(std::sync::atomic::Ordering::Acquire) == want
+    }
+
     /// The identity-table holder value this process uses for `pid`, from the handle's
     /// cache. `None` on a miss (another pid, never registered, or a forked child).
     #[inline]

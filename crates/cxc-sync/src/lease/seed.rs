@@ -47,6 +47,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Whether `word` is a claim made by this process for `pid` (no registration).
     #[inline]
     pub(super) fn held_as(&self, word: Word, pid: u32) -> bool {
+        // The hot case in one comparison: the handle's first cache entry names this
+        // process, `pid` and the word's holder (entries never name holder 0 or pid 0).
+        self.cache_hit(pid, word.holder()) || self.held_as_slow(word, pid)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn held_as_slow(&self, word: Word, pid: u32) -> bool {
         !word.is_vacant() && self.holder(pid, false) == Some(word.holder())
     }
 
@@ -131,10 +139,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Seed API: the payload, if `my_pid` holds the lease (claimed through this process).
     #[inline]
     pub fn read_as_owner(&self, my_pid: u32) -> Option<T> {
-        let holder = self.holder(my_pid, false)?;
         let words = self
             .state()
-            .read_if(words_for::<T>(), |w| w.holder() == holder)?;
+            .read_if(words_for::<T>(), |w| self.held_as(w, my_pid))?;
         from_words(&words)
     }
 
@@ -154,12 +161,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// the publication are one atomic step: a holder that was superseded never publishes.
     #[inline]
     pub fn write_as_owner(&self, my_pid: u32, value: T) -> bool {
-        let Some(holder) = self.holder(my_pid, false) else {
-            return false;
-        };
         self.state()
             .write_if(&to_words(&value), words_for::<T>(), |w| {
-                w.holder() == holder
+                self.held_as(w, my_pid)
             })
             .is_ok()
     }
@@ -186,10 +190,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// lease was lost (preempted or taken over).
     #[inline]
     pub fn beat(&self, my_pid: u32) -> bool {
-        let Some(holder) = self.holder(my_pid, false) else {
-            return false;
-        };
-        self.state().beat_if(self.now(), |w| w.holder() == holder)
+        self.state()
+            .beat_if(self.now(), |w| self.held_as(w, my_pid))
     }
 
     /// Refreshes the heartbeat if `claim` is still current (and this process made it).
