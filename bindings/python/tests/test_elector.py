@@ -71,11 +71,17 @@ def test_errors(tmp_path):
         cxc.Elector(tmp_path / "e.lease", identity="")
     with pytest.raises(ValueError):
         cxc.Elector(tmp_path / "e2.lease", grace=0)
-    # A plain lease file (no preemption, clock epochs) can carry an election too; a
-    # semaphore file cannot.
+    # An election file holds a leader record: not a semaphore's, nor a cxc.Lease's
+    # 48 raw bytes (the payload types differ), and the other way round.
     cxc.Semaphore(tmp_path / "s", 1)
     with pytest.raises(cxc.FileError):
         cxc.Elector(tmp_path / "s")
+    cxc.Lease(tmp_path / "l")
+    with pytest.raises(cxc.FileError):
+        cxc.Elector(tmp_path / "l")
+    cxc.Elector(tmp_path / "e3.lease")
+    with pytest.raises(cxc.FileError):
+        cxc.Lease(tmp_path / "e3.lease")
 
 
 # A candidate: campaigns, prints `leader TOKEN T` (T: time.monotonic(), the system-wide
@@ -212,3 +218,104 @@ def test_failover_after_sigstop(tmp_path):
         assert cxc.Elector(path, grace=grace).leader() == ("b", new_token)
     finally:
         c.kill_all()
+
+
+STANDBY = r"""
+import sys, cxc
+el = cxc.Elector(sys.argv[1], identity="standby")
+print("campaigning", flush=True)
+try:
+    el.campaign()
+except KeyboardInterrupt:
+    print("interrupted", el.leader()[0], flush=True)
+    sys.exit(3)
+"""
+
+
+def test_campaign_releases_gil_and_ctrl_c_interrupts(tmp_path):
+    path = tmp_path / "e.lease"
+    lead = cxc.Elector(path, grace=5.0, identity="leader").campaign()
+    # Another process campaigns while this one leads: SIGINT ends its campaign.
+    kid = python_child(STANDBY, path)
+    assert kid.stdout.readline().strip() == "campaigning"
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    kid.send_signal(signal.SIGINT)
+    out, _ = kid.communicate(timeout=5)
+    assert kid.returncode == 3 and out.split() == ["interrupted", "leader"]
+    assert time.monotonic() - t0 < 0.5
+    # A thread of this process that blocks in wait_lost() does not hold the GIL.
+    result = []
+    t = threading.Thread(target=lambda: result.append(lead.wait_lost(timeout=0.5)))
+    ticks = 0
+    t.start()
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        ticks += 1
+        time.sleep(0.001)
+    t.join()
+    assert ticks > 100 and result == [False]
+    lead.renew()
+    lead.step_down()
+    assert lead.wait_lost(timeout=0) is True
+    # A thread of this process that blocks in campaign() does not hold the GIL either
+    # (another process leads).
+    c = Candidates(path, 5.0)
+    try:
+        c.start("other")
+        c.expect("other", "campaigning")
+        c.expect("other", "leader")
+        el = cxc.Elector(path, grace=5.0)
+        errors = []
+
+        def campaign():
+            try:
+                el.campaign(timeout=0.5)
+            except BaseException as e:  # noqa: BLE001 - collected for the assertion
+                errors.append(e)
+
+        t = threading.Thread(target=campaign)
+        ticks = 0
+        t.start()
+        end = time.monotonic() + 0.4
+        while time.monotonic() < end:
+            ticks += 1
+            time.sleep(0.001)
+        t.join()
+        assert ticks > 100
+        assert len(errors) == 1 and isinstance(errors[0], cxc.Timeout)
+    finally:
+        c.kill_all()
+
+
+def test_rust_and_python_candidates_share_the_election(tmp_path, elect_hold):
+    import subprocess
+
+    path = tmp_path / "e.lease"
+    el = cxc.Elector(path, grace=1.0, identity="python")
+    # Rust leads: Python cannot, and sees the Rust leader; Rust steps down, Python leads.
+    rust = subprocess.Popen([elect_hold, str(path), "lead", "0.6"], stdout=subprocess.PIPE, text=True)
+    words = rust.stdout.readline().split()
+    assert words[0] == "leader"
+    rust_token = int(words[1])
+    assert el.try_campaign() is None
+    assert el.leader() == ("rust", rust_token)
+    t0 = time.monotonic()
+    with el.campaign(timeout=5) as lead:
+        assert rust.stdout.readline().strip() == "stepped-down"
+        assert time.monotonic() - t0 > 0.3
+        assert lead.token > rust_token
+        r = subprocess.run([elect_hold, str(path), "try"], capture_output=True, text=True)
+        assert r.stdout.strip() == "busy"
+        python_token = lead.token
+    rust.wait(timeout=5)
+    r = subprocess.run([elect_hold, str(path), "try"], capture_output=True, text=True)
+    assert r.stdout.split()[0] == "leader" and int(r.stdout.split()[1]) > python_token
+    # A SIGKILLed Rust leader is replaced by the Python standby at once.
+    rust = subprocess.Popen([elect_hold, str(path), "lead", "60"], stdout=subprocess.PIPE, text=True)
+    assert rust.stdout.readline().split()[0] == "leader"
+    t0 = time.monotonic()
+    rust.kill()
+    with el.campaign(timeout=5):
+        assert time.monotonic() - t0 < 0.9, "taken over before the 1 s lease duration"
+    rust.wait()
