@@ -1,9 +1,11 @@
 //! Python bindings of cxc: `cxc.Lease`, `cxc.Semaphore`, `cxc.HeartbeatTable`,
-//! `cxc.Watchdog` (module `cxc._cxc`; the Python package `cxc` adds asyncio helpers and
-//! the exception classes, see `python/cxc/`).
+//! `cxc.Watchdog`, `cxc.Elector` (module `cxc._cxc`; the Python package `cxc` adds the
+//! asyncio coroutines and the exception classes, see `python/cxc/`).
 //!
 //! Blocking calls release the GIL and wait in slices of [`SLICE`], checking for signals
-//! (Ctrl-C) between slices.
+//! (Ctrl-C) between slices. The asyncio coroutines await an [`AsyncWaiter`]: the Rust
+//! future of the `async` feature, polled on the event loop's thread and woken through
+//! `loop.call_soon_threadsafe` (docs/python.md).
 
 use std::future::Future;
 use std::path::PathBuf;

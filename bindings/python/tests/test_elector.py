@@ -160,7 +160,7 @@ class Candidates:
 
 def test_failover_after_sigkill(tmp_path):
     path = tmp_path / "e.lease"
-    grace = 5.0  # a takeover within 1 s is the holder's death, not the lease duration
+    grace = 5.0  # a takeover within 2 s is the holder's death, not the lease duration
     observer = cxc.Elector(path, grace=grace, identity="observer")
     c = Candidates(path, grace)
     try:
@@ -181,7 +181,7 @@ def test_failover_after_sigkill(tmp_path):
             assert words[0] == "leader" and leader in alive, (leader, words)
             new_token, won_at = int(words[1]), float(words[2])
             assert new_token > token, "a later leader has a strictly larger token"
-            assert won_at - t0 < 1.0, f"took over after {won_at - t0:.3f} s"
+            assert won_at - t0 < 2.0, f"took over after {won_at - t0:.3f} s"
             print(f"\n{victim} killed: {leader} leads after {(won_at - t0) * 1e3:.1f} ms")
             token = new_token
             alive.discard(leader)
