@@ -263,3 +263,39 @@ def test_woken_by_another_process(tmp_path):
         assert woke < 0.5 and taken < 1.0
 
     run(main())
+
+
+PERMIT = r"""
+import sys, time, cxc
+sem = cxc.Semaphore(sys.argv[1], 2)
+p = sem.acquire(timeout=10)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_async_permit_back_after_holder_sigkill(tmp_path):
+    path = tmp_path / "pool.sem"
+    sem = cxc.Semaphore(path, 2)
+    kids = [python_child(PERMIT, path) for _ in range(2)]
+    for k in kids:
+        assert k.stdout.readline().strip() == "held"
+
+    async def main():
+        waiters = [asyncio.create_task(sem.acquire_async(timeout=10)) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        assert not any(w.done() for w in waiters) and cxc.async_waiters() == 2
+        t0 = time.monotonic()
+        for k in kids:
+            k.kill()
+            k.wait()
+        permits = await asyncio.gather(*waiters)
+        took = time.monotonic() - t0
+        assert sem.available == 0
+        for p in permits:
+            p.release()
+        assert sem.available == 2
+        print(f"\nboth permits of the SIGKILLed holders reached async waiters in {took * 1e3:.0f} ms")
+        assert took < 2.0
+
+    run(main())
