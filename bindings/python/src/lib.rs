@@ -259,7 +259,7 @@ impl Lease {
         self.inner.clone().try_lock_owned().map(LeaseGuard::new)
     }
 
-    /// For the asyncio helper (`Lease.lock_async`): a waiter whose Rust future
+    /// For the coroutine `Lease.lock_async`: a waiter whose Rust future
     /// (`lock_owned_async`) is polled by the event loop.
     fn _async_waiter(&self) -> AsyncWaiter {
         let lease = self.inner.clone();
@@ -493,7 +493,7 @@ impl Semaphore {
         HeldPermit::try_acquire(&self.inner).map(SemaphorePermit::new)
     }
 
-    /// For the asyncio helper (`Semaphore.acquire_async`): a waiter whose Rust future
+    /// For the coroutine `Semaphore.acquire_async`: a waiter whose Rust future
     /// (`acquire_async`) is polled by the event loop.
     fn _async_waiter(&self) -> AsyncWaiter {
         let sem = self.inner.clone();
