@@ -1,20 +1,25 @@
 //! Python bindings of cxc: `cxc.Lease`, `cxc.Semaphore`, `cxc.HeartbeatTable`,
-//! `cxc.Watchdog` (module `cxc._cxc`; the Python package `cxc` adds asyncio helpers and
-//! the exception classes, see `python/cxc/`).
+//! `cxc.Watchdog`, `cxc.Elector` (module `cxc._cxc`; the Python package `cxc` adds the
+//! asyncio coroutines and the exception classes, see `python/cxc/`).
 //!
 //! Blocking calls release the GIL and wait in slices of [`SLICE`], checking for signals
-//! (Ctrl-C) between slices.
+//! (Ctrl-C) between slices. The asyncio coroutines await an [`AsyncWaiter`]: the Rust
+//! future of the `async` feature, polled on the event loop's thread and woken through
+//! `loop.call_soon_threadsafe` (docs/python.md).
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use cxc::election::{IDENTITY_MAX, LeaderRecord, MmapElectionError};
 use cxc::{
-    FailoverWatchdog, GuardError, HeartbeatError, HeartbeatTable, LeaseError, MmfError,
-    OwnedLeaseGuard, OwnedPermit, OwnerLease, SemaphoreError, SemaphoreOptions, SharedSemaphore,
+    ElectionConfig, ElectionError, Elector, FailoverWatchdog, GuardError, HeartbeatError,
+    HeartbeatTable, Leadership, LeaseError, MmapElection, MmfError, OwnedLeaseGuard, OwnerLease,
+    SemaphoreError, SemaphoreOptions, SharedSemaphore,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -128,37 +133,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Cancellation token for the asyncio helpers.
+// Blocking waits
 
-/// A flag that makes a blocking acquire give up at its next slice (set by the asyncio
-/// helpers when the awaiting task is cancelled).
-#[pyclass(module = "cxc._cxc", frozen)]
-#[derive(Debug, Default)]
-struct CancelToken(Arc<AtomicBool>);
-
-#[pymethods]
-impl CancelToken {
-    #[new]
-    fn new() -> Self {
-        Self::default()
-    }
-    /// Asks the blocking call to give up.
-    fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-    /// Whether `cancel` was called.
-    fn cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// Waits for `attempt` to succeed in slices, without the GIL, checking signals and the
-/// cancel flag between slices. `slice(left)` blocks at most `left` and returns `Some`
+/// Waits for `attempt` to succeed in slices, without the GIL, checking signals between
+/// slices. `slice(left)` blocks at most `left` and returns `Some`
 /// when acquired.
 fn wait_sliced<G: Send>(
     py: Python<'_>,
     timeout: Option<Duration>,
-    cancel: Option<&CancelToken>,
     mut slice: impl FnMut(Duration) -> Option<G> + Send,
 ) -> PyResult<Option<G>> {
     let deadline = timeout.map(|t| Instant::now() + t);
@@ -168,16 +150,9 @@ fn wait_sliced<G: Send>(
             None => SLICE,
         };
         if let Some(g) = py.allow_threads(|| slice(left)) {
-            if cancel.is_some_and(CancelToken::cancelled) {
-                drop(g);
-                return Ok(None);
-            }
             return Ok(Some(g));
         }
         py.check_signals()?;
-        if cancel.is_some_and(CancelToken::cancelled) {
-            return Ok(None);
-        }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
         }
@@ -214,7 +189,6 @@ impl Lease {
         &self,
         py: Python<'_>,
         timeout: Option<Duration>,
-        cancel: Option<&CancelToken>,
     ) -> PyResult<Option<OwnedLeaseGuard<Payload>>> {
         if let Some(g) = self.inner.clone().try_lock_owned() {
             return Ok(Some(g));
@@ -222,7 +196,7 @@ impl Lease {
         let mut fut = Box::pin(self.inner.clone().lock_owned_async());
         // The waker is made on the first slice: `allow_threads` runs on this same thread.
         let mut waker: Option<Waker> = None;
-        wait_sliced(py, timeout, cancel, move |left| {
+        wait_sliced(py, timeout, move |left| {
             let w =
                 waker.get_or_insert_with(|| Waker::from(Arc::new(Unpark(std::thread::current()))));
             let mut cx = Context::from_waker(w);
@@ -274,7 +248,7 @@ impl Lease {
     #[pyo3(signature = (timeout = None))]
     fn lock(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<LeaseGuard> {
         let t = duration(timeout)?;
-        match self.acquire(py, t, None)? {
+        match self.acquire(py, t)? {
             Some(g) => Ok(LeaseGuard::new(g)),
             None => Err(timeout_error("lease", t.unwrap_or_default())),
         }
@@ -285,20 +259,13 @@ impl Lease {
         self.inner.clone().try_lock_owned().map(LeaseGuard::new)
     }
 
-    /// For the asyncio helper: as `lock`, returning `None` once `cancel` is set.
-    #[pyo3(signature = (timeout, cancel))]
-    fn _lock_cancellable(
-        &self,
-        py: Python<'_>,
-        timeout: Option<f64>,
-        cancel: &CancelToken,
-    ) -> PyResult<Option<LeaseGuard>> {
-        let t = duration(timeout)?;
-        match self.acquire(py, t, Some(cancel))? {
-            Some(g) => Ok(Some(LeaseGuard::new(g))),
-            None if cancel.cancelled() => Ok(None),
-            None => Err(timeout_error("lease", t.unwrap_or_default())),
-        }
+    /// For the coroutine `Lease.lock_async`: a waiter whose Rust future
+    /// (`lock_owned_async`) is polled by the event loop.
+    fn _async_waiter(&self) -> AsyncWaiter {
+        let lease = self.inner.clone();
+        AsyncWaiter::new(Box::pin(async move {
+            Got::Lease(lease.lock_owned_async().await)
+        }))
     }
 
     fn __repr__(&self) -> String {
@@ -443,14 +410,15 @@ impl Semaphore {
         &self,
         py: Python<'_>,
         timeout: Option<Duration>,
-        cancel: Option<&CancelToken>,
-    ) -> PyResult<Option<OwnedPermit>> {
-        if let Some(p) = self.inner.clone().try_acquire_owned() {
+    ) -> PyResult<Option<HeldPermit>> {
+        if let Some(p) = HeldPermit::try_acquire(&self.inner) {
             return Ok(Some(p));
         }
         let sem = self.inner.clone();
-        wait_sliced(py, timeout, cancel, move |left| {
-            sem.clone().acquire_owned_timeout(left)
+        wait_sliced(py, timeout, move |left| {
+            let p = sem.acquire_timeout(left)?;
+            std::mem::forget(p);
+            Some(HeldPermit(sem.clone()))
         })
     }
 }
@@ -514,7 +482,7 @@ impl Semaphore {
     #[pyo3(signature = (timeout = None))]
     fn acquire(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<SemaphorePermit> {
         let t = duration(timeout)?;
-        match self.acquire_inner(py, t, None)? {
+        match self.acquire_inner(py, t)? {
             Some(p) => Ok(SemaphorePermit::new(p)),
             None => Err(timeout_error("semaphore", t.unwrap_or_default())),
         }
@@ -522,26 +490,19 @@ impl Semaphore {
 
     /// A permit if one is free now, else `None`.
     fn try_acquire(&self) -> Option<SemaphorePermit> {
-        self.inner
-            .clone()
-            .try_acquire_owned()
-            .map(SemaphorePermit::new)
+        HeldPermit::try_acquire(&self.inner).map(SemaphorePermit::new)
     }
 
-    /// For the asyncio helper: as `acquire`, returning `None` once `cancel` is set.
-    #[pyo3(signature = (timeout, cancel))]
-    fn _acquire_cancellable(
-        &self,
-        py: Python<'_>,
-        timeout: Option<f64>,
-        cancel: &CancelToken,
-    ) -> PyResult<Option<SemaphorePermit>> {
-        let t = duration(timeout)?;
-        match self.acquire_inner(py, t, Some(cancel))? {
-            Some(p) => Ok(Some(SemaphorePermit::new(p))),
-            None if cancel.cancelled() => Ok(None),
-            None => Err(timeout_error("semaphore", t.unwrap_or_default())),
-        }
+    /// For the coroutine `Semaphore.acquire_async`: a waiter whose Rust future
+    /// (`acquire_async`) is polled by the event loop.
+    fn _async_waiter(&self) -> AsyncWaiter {
+        let sem = self.inner.clone();
+        AsyncWaiter::new(Box::pin(async move {
+            // The permit borrows `sem` (owned by this future); it is forgotten and
+            // returned by the `HeldPermit`, as `try_acquire_owned` does.
+            std::mem::forget(sem.acquire_async().await);
+            Got::Permit(HeldPermit(sem))
+        }))
     }
 
     fn __repr__(&self) -> String {
@@ -553,14 +514,33 @@ impl Semaphore {
     }
 }
 
+/// A permit held by this process that owns its `Arc` (as `OwnedPermit`, which has no
+/// public constructor from a forgotten `Permit`); dropping it returns the permit.
+#[derive(Debug)]
+struct HeldPermit(Arc<SharedSemaphore>);
+
+impl HeldPermit {
+    fn try_acquire(sem: &Arc<SharedSemaphore>) -> Option<Self> {
+        std::mem::forget(sem.try_acquire()?);
+        Some(HeldPermit(sem.clone()))
+    }
+}
+
+impl Drop for HeldPermit {
+    fn drop(&mut self) {
+        // Cannot fail for a permit this process took (see `Permit`'s `Drop`).
+        let _ = self.0.release();
+    }
+}
+
 /// One held permit; a context manager. Leaving the `with` block (or `release()`)
 /// returns it.
 #[pyclass(module = "cxc._cxc", frozen)]
 #[derive(Debug)]
-struct SemaphorePermit(Mutex<Option<OwnedPermit>>);
+struct SemaphorePermit(Mutex<Option<HeldPermit>>);
 
 impl SemaphorePermit {
-    fn new(p: OwnedPermit) -> Self {
+    fn new(p: HeldPermit) -> Self {
         SemaphorePermit(Mutex::new(Some(p)))
     }
 }
@@ -838,6 +818,482 @@ impl Watchdog {
 }
 
 // ---------------------------------------------------------------------------------------
+// asyncio: the Rust futures of the `async` feature, polled by the event loop
+
+/// What an async waiter resolves to.
+enum Got {
+    Lease(OwnedLeaseGuard<Payload>),
+    Permit(HeldPermit),
+}
+
+/// A waiter's Rust future (`lock_owned_async`, or `acquire_async` owning its handle).
+type WaitFuture = Pin<Box<dyn Future<Output = Got> + Send>>;
+
+/// Where a wake-up goes: the waiter's event loop and the bound method `AsyncWaiter._poll`.
+/// Cleared when the waiter is done, which breaks the cycle waiter → waker → waiter.
+struct WakeTarget {
+    /// Set by a wake, cleared by the poll it scheduled: one scheduled poll at a time.
+    scheduled: AtomicBool,
+    target: Mutex<Option<(Py<PyAny>, Py<PyAny>)>>,
+}
+
+impl Wake for WakeTarget {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    /// Called by the cxc reactor thread with its registry locked: must not take the GIL
+    /// (a thread holding the GIL may be waiting for that registry in `poll` or `drop`).
+    /// Hands the wake-up to the bridge thread, which takes the GIL and calls
+    /// `loop.call_soon_threadsafe`.
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            // The bridge thread lives as long as the process: the send cannot fail.
+            let _ = bridge().send(self.clone());
+        }
+    }
+}
+
+/// The one thread per process that turns wake-ups into `loop.call_soon_threadsafe`.
+fn bridge() -> &'static std::sync::mpsc::Sender<Arc<WakeTarget>> {
+    static BRIDGE: OnceLock<std::sync::mpsc::Sender<Arc<WakeTarget>>> = OnceLock::new();
+    BRIDGE.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Arc<WakeTarget>>();
+        let spawned = std::thread::Builder::new()
+            .name("cxc-asyncio-wake".into())
+            .spawn(move || {
+                for w in rx {
+                    deliver(&w);
+                }
+            });
+        if spawned.is_err() {
+            // Without the thread every wake-up is lost; the receiver was dropped with the
+            // closure, so `send` fails and waiters only complete by their timeout.
+            eprintln!("cxc: could not start the asyncio wake-up thread");
+        }
+        tx
+    })
+}
+
+fn deliver(w: &WakeTarget) {
+    // SAFETY: `Py_IsInitialized` may be called at any time, without the GIL.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+        return;
+    }
+    Python::with_gil(|py| {
+        let target = lock(&w.target)
+            .as_ref()
+            .map(|(l, cb)| (l.clone_ref(py), cb.clone_ref(py)));
+        if let Some((event_loop, cb)) = target {
+            // A closed loop raises RuntimeError: its waiters are gone with it.
+            let _ = event_loop.call_method1(py, "call_soon_threadsafe", (cb,));
+        }
+    });
+}
+
+/// One `await lease.lock_async()` / `await sem.acquire_async()`: owns the Rust future,
+/// polled on the event loop's thread (by `start`, then by `_poll` whenever the cxc
+/// reactor wakes it). No thread per waiter: the reactor (2 threads) and the wake-up
+/// bridge (1 thread) serve every waiter of the process. Dropping the future (`cancel`,
+/// `expire`, completion) leaves no claim, no permit and no registered waiter.
+#[pyclass(module = "cxc._cxc", frozen)]
+struct AsyncWaiter {
+    fut: Mutex<Option<WaitFuture>>,
+    wake: Arc<WakeTarget>,
+    waker: Waker,
+    /// The asyncio future the awaiting coroutine waits on (set by `start`).
+    result: Mutex<Option<Py<PyAny>>>,
+}
+
+impl AsyncWaiter {
+    fn new(fut: WaitFuture) -> Self {
+        let wake = Arc::new(WakeTarget {
+            scheduled: AtomicBool::new(false),
+            target: Mutex::new(None),
+        });
+        AsyncWaiter {
+            fut: Mutex::new(Some(fut)),
+            waker: Waker::from(wake.clone()),
+            wake,
+            result: Mutex::new(None),
+        }
+    }
+
+    /// Drops the Rust future and the wake target (after it, no wake-up is delivered).
+    fn finish(&self) {
+        let fut = lock(&self.fut).take();
+        drop(fut);
+        let target = lock(&self.wake.target).take();
+        drop(target);
+    }
+
+    fn result_future(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.result).as_ref().map(|f| f.clone_ref(py))
+    }
+}
+
+#[pymethods]
+impl AsyncWaiter {
+    /// Binds the waiter to `event_loop` and the asyncio future `result`, and polls once.
+    fn start(slf: &Bound<'_, Self>, event_loop: Py<PyAny>, result: Py<PyAny>) -> PyResult<()> {
+        let me = slf.get();
+        let poll = slf.getattr("_poll")?.unbind();
+        *lock(&me.wake.target) = Some((event_loop, poll));
+        *lock(&me.result) = Some(result);
+        Self::_poll(slf)
+    }
+
+    /// Polls the Rust future (on the loop's thread); completes the asyncio future with
+    /// the guard or permit when it is ready.
+    fn _poll(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let me = slf.get();
+        me.wake.scheduled.store(false, Ordering::Release);
+        let Some(result) = me.result_future(py) else {
+            return Ok(());
+        };
+        if result.call_method0(py, "done")?.is_truthy(py)? {
+            // Cancelled (or expired) meanwhile: nothing must be claimed any more.
+            me.finish();
+            return Ok(());
+        }
+        let ready = {
+            let mut fut = lock(&me.fut);
+            let Some(f) = fut.as_mut() else {
+                return Ok(());
+            };
+            match f.as_mut().poll(&mut Context::from_waker(&me.waker)) {
+                Poll::Ready(got) => {
+                    *fut = None;
+                    got
+                }
+                Poll::Pending => return Ok(()),
+            }
+        };
+        me.finish();
+        let value = match ready {
+            Got::Lease(g) => Py::new(py, LeaseGuard::new(g))?.into_any(),
+            Got::Permit(p) => Py::new(py, SemaphorePermit::new(p))?.into_any(),
+        };
+        // On error (cannot happen: the future is not done and this is its loop's thread)
+        // `value` is dropped, which releases the guard or permit.
+        result.call_method1(py, "set_result", (value,))?;
+        Ok(())
+    }
+
+    /// Gives up (the awaiting task was cancelled): drops the Rust future.
+    fn cancel(&self) {
+        self.finish();
+    }
+
+    /// The timeout passed: drops the Rust future and fails the asyncio future with
+    /// `cxc.Timeout` if it is still pending.
+    fn expire(&self, py: Python<'_>, what: &str, timeout: f64) -> PyResult<()> {
+        self.finish();
+        if let Some(result) = self.result_future(py) {
+            if !result.call_method0(py, "done")?.is_truthy(py)? {
+                let t = duration(Some(timeout))?.unwrap_or_default();
+                result.call_method1(py, "set_exception", (timeout_error(what, t),))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the Rust future is still alive (waiting).
+    #[getter]
+    fn waiting(&self) -> bool {
+        lock(&self.fut).is_some()
+    }
+}
+
+impl Drop for AsyncWaiter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// Async waiters registered with this process's cxc reactor now (0 once every
+/// `lock_async` / `acquire_async` completed, was cancelled or timed out).
+#[pyfunction]
+fn async_waiters() -> usize {
+    cxc::async_waiters()
+}
+
+// ---------------------------------------------------------------------------------------
+// Leader election on a lease file
+
+fn election_error(e: ElectionError, path: &std::path::Path) -> PyErr {
+    match e {
+        ElectionError::Lost { .. } => error("LostError", e.to_string()),
+        ElectionError::InvalidConfig(why) => PyValueError::new_err(why),
+        ElectionError::Backend(b) => match b.downcast::<MmapElectionError>() {
+            Ok(m) => mmap_election_error(*m, path),
+            Err(b) => error("Error", format!("election backend: {b}")),
+        },
+        other => error("Error", other.to_string()),
+    }
+}
+
+fn mmap_election_error(e: MmapElectionError, path: &std::path::Path) -> PyErr {
+    match e {
+        MmapElectionError::Lease(l) => lease_error(l, path),
+        MmapElectionError::IdentityTooLong { .. } | MmapElectionError::LeaseDuration(_) => {
+            PyValueError::new_err(e.to_string())
+        }
+        other => error("Error", format!("{}: {other}", path.display())),
+    }
+}
+
+/// A candidate in the leader election on a lease file (progress-driven renewal).
+#[pyclass(module = "cxc._cxc", name = "Elector", subclass, frozen)]
+struct ElectorHandle {
+    inner: Elector<MmapElection>,
+    path: PathBuf,
+}
+
+#[pymethods]
+impl ElectorHandle {
+    #[new]
+    #[pyo3(signature = (path, *, create = true, grace = 1.0, identity = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        create: bool,
+        grace: f64,
+        identity: Option<String>,
+    ) -> PyResult<Self> {
+        let grace = duration(Some(grace))?.unwrap_or_default();
+        let identity = identity.unwrap_or_else(|| format!("py:{}", std::process::id()));
+        if identity.is_empty() || identity.len() > IDENTITY_MAX {
+            return Err(PyValueError::new_err(format!(
+                "the identity must be 1 to {IDENTITY_MAX} bytes, got {}",
+                identity.len()
+            )));
+        }
+        let backend = py
+            .allow_threads(|| {
+                if create {
+                    MmapElection::create_or_open(&path, grace)
+                } else {
+                    OwnerLease::builder(&path)
+                        .open::<LeaderRecord>()
+                        .map_err(MmapElectionError::from)
+                        .and_then(|l| MmapElection::new(l, grace))
+                }
+            })
+            .map_err(|e| mmap_election_error(e, &path))?;
+        let config = ElectionConfig::new(identity).lease_duration(grace);
+        let inner = Elector::new(backend, config).map_err(|e| election_error(e, &path))?;
+        Ok(ElectorHandle { inner, path })
+    }
+
+    /// The file's path.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// This candidate's identity (shown to observers).
+    #[getter]
+    fn identity(&self) -> String {
+        self.inner.config().identity.clone()
+    }
+
+    /// The lease duration in seconds: a leader that does not renew within it is replaced.
+    #[getter]
+    fn grace(&self) -> f64 {
+        self.inner.config().lease_duration.as_secs_f64()
+    }
+
+    /// Blocks until elected (at most `timeout` seconds; `None`: forever) and returns the
+    /// `Leadership`. Raises `cxc.Timeout` (a `TimeoutError`) on timeout.
+    #[pyo3(signature = (timeout = None))]
+    fn campaign(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<LeadershipHandle> {
+        let t = duration(timeout)?;
+        let deadline = t.map(|t| Instant::now() + t);
+        loop {
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                None => SLICE,
+            };
+            let won = py
+                .allow_threads(|| self.inner.campaign(left))
+                .map_err(|e| election_error(e, &self.path))?;
+            if let Some(l) = won {
+                return Ok(LeadershipHandle::new(l, &self.path));
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(timeout_error("election", t.unwrap_or_default()));
+            }
+        }
+    }
+
+    /// The `Leadership` if this candidate wins without waiting (nobody leads, or the
+    /// leader died or stopped renewing), else `None`.
+    fn try_campaign(&self) -> PyResult<Option<LeadershipHandle>> {
+        let won = self
+            .inner
+            .campaign(Duration::ZERO)
+            .map_err(|e| election_error(e, &self.path))?;
+        Ok(won.map(|l| LeadershipHandle::new(l, &self.path)))
+    }
+
+    /// The current leader as `(identity, token)`, or `None` when nobody leads.
+    fn leader(&self) -> PyResult<Option<(String, u64)>> {
+        let l = self
+            .inner
+            .observe()
+            .map_err(|e| election_error(e, &self.path))?;
+        Ok(l.map(|l| (l.identity, l.token)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "cxc.Elector({:?}, identity={:?})",
+            self.path,
+            self.inner.config().identity
+        )
+    }
+}
+
+/// A won term; a context manager that steps down on exit.
+#[pyclass(module = "cxc._cxc", name = "Leadership", frozen)]
+struct LeadershipHandle {
+    inner: Mutex<Option<Leadership<MmapElection>>>,
+    token: u64,
+    path: PathBuf,
+}
+
+impl LeadershipHandle {
+    fn new(l: Leadership<MmapElection>, path: &std::path::Path) -> Self {
+        LeadershipHandle {
+            token: l.token(),
+            path: path.to_path_buf(),
+            inner: Mutex::new(Some(l)),
+        }
+    }
+
+    fn stepped_down_error(&self) -> PyErr {
+        error(
+            "LostError",
+            format!("leadership of term {} was stepped down", self.token),
+        )
+    }
+}
+
+#[pymethods]
+impl LeadershipHandle {
+    /// The fencing token of this term: strictly greater for every later leader.
+    #[getter]
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Whether this term still leads: not lost, renewed within the lease duration, and
+    /// current in the file.
+    fn is_current(&self) -> PyResult<bool> {
+        match lock(&self.inner).as_ref() {
+            Some(l) => l.is_current().map_err(|e| election_error(e, &self.path)),
+            None => Ok(false),
+        }
+    }
+
+    /// Renews the term (the work loop's proof of progress): call it at least once per
+    /// lease duration. Raises `LostError` once the term is over (superseded, not renewed
+    /// in time, or stepped down).
+    fn renew(&self) -> PyResult<()> {
+        match lock(&self.inner).as_ref() {
+            Some(l) => l.renew().map_err(|e| election_error(e, &self.path)),
+            None => Err(self.stepped_down_error()),
+        }
+    }
+
+    /// Blocks (GIL released, Ctrl-C interrupts) until the term is lost (`True`) or
+    /// `timeout` seconds pass (`False`; `None`: no limit).
+    #[pyo3(signature = (timeout = None))]
+    fn wait_lost(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let t = duration(timeout)?;
+        let deadline = t.map(|t| Instant::now() + t);
+        loop {
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                None => SLICE,
+            };
+            let lost = py.allow_threads(|| match lock(&self.inner).as_ref() {
+                Some(l) => l.wait_lost(left),
+                None => Ok(true),
+            });
+            if lost.map_err(|e| election_error(e, &self.path))? {
+                return Ok(true);
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Ends the term now so a standby can lead at once. Raises `LostError` if the term
+    /// was already over; a second call does nothing.
+    fn step_down(&self) -> PyResult<()> {
+        let Some(l) = lock(&self.inner).take() else {
+            return Ok(());
+        };
+        // `Leadership::step_down` reports `Lost` only for a term known lost; a term past
+        // its lease duration without renewal is over as well (`renew` says so), even if
+        // no standby took it yet. Resign it (fenced) all the same.
+        let expired = l.is_lost();
+        match l.step_down() {
+            Ok(()) if expired => Err(error(
+                "LostError",
+                format!(
+                    "leadership of term {} lost (not renewed within the lease duration)",
+                    self.token
+                ),
+            )),
+            r => r.map_err(|e| election_error(e, &self.path)),
+        }
+    }
+
+    /// Whether `step_down()` was called (or the `with` block left).
+    #[getter]
+    fn stepped_down(&self) -> bool {
+        lock(&self.inner).is_none()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Steps down; a lost term raises `LostError` unless an exception is propagating.
+    fn __exit__(
+        &self,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let r = self.step_down();
+        if exc_type.is_none_or(|t| t.is_none()) {
+            r?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<cxc.Leadership token={}{}>",
+            self.token,
+            if self.stepped_down() {
+                " stepped down"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 
 /// The native part of the `cxc` package.
 #[pymodule]
@@ -849,6 +1305,9 @@ fn _cxc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HeartbeatTableHandle>()?;
     m.add_class::<Registration>()?;
     m.add_class::<Watchdog>()?;
-    m.add_class::<CancelToken>()?;
+    m.add_class::<ElectorHandle>()?;
+    m.add_class::<LeadershipHandle>()?;
+    m.add_class::<AsyncWaiter>()?;
+    m.add_function(wrap_pyfunction!(async_waiters, m)?)?;
     Ok(())
 }

@@ -12,10 +12,9 @@ def test_uncontended_faster_than_filelock():
     rows = bench.run(n=5000)
     for name, ns in rows.items():
         print(f"\n{name}: {ns:,.0f} ns")
-    fl = rows.get("filelock.FileLock: `with lock`")
-    if fl is None:
-        return
+    # filelock is installed with pytest by scripts/test.sh: its absence is a failure.
+    fl = rows[bench.FILELOCK]
     cxc_ns = rows["cxc.Lease: `with lease.lock()`"]
-    # The target is 10x (docs/python.md has the figures); the assertion leaves room for a
-    # loaded machine.
-    assert fl / cxc_ns >= 5, f"cxc {cxc_ns:.0f} ns vs filelock {fl:.0f} ns"
+    # The acceptance line of the bindings: at least 10x filelock, measured in this run
+    # (docs/python.md has the figures: several hundred times on a quiet machine).
+    assert fl / cxc_ns >= 10, f"cxc {cxc_ns:.0f} ns vs filelock {fl:.0f} ns"

@@ -1,4 +1,5 @@
-"""Cross-process locks, semaphores and heartbeats in memory-mapped files.
+"""Cross-process locks, semaphores, heartbeats and leader election in memory-mapped
+files.
 
 Python bindings of the Rust crate ``cxc`` (Linux). See docs/python.md.
 """
@@ -13,12 +14,17 @@ SemaphorePermit = _cxc.SemaphorePermit
 HeartbeatTable = _cxc.HeartbeatTable
 Registration = _cxc.Registration
 Watchdog = _cxc.Watchdog
+Elector = _cxc.Elector
+Leadership = _cxc.Leadership
+async_waiters = _cxc.async_waiters
 
 __all__ = [
+    "Elector",
     "Error",
     "FileError",
     "HeartbeatTable",
     "InconsistentError",
+    "Leadership",
     "Lease",
     "LeaseGuard",
     "LostError",
@@ -27,27 +33,35 @@ __all__ = [
     "SemaphorePermit",
     "Timeout",
     "Watchdog",
+    "async_waiters",
 ]
 
 
-async def _in_executor(call, timeout):
-    """Runs the blocking, cancellable ``call(timeout, token)`` in the loop's default
-    executor; cancelling the awaiting task makes the call give up within ~50 ms (and
-    release anything it acquired too late)."""
+async def _await_waiter(waiter, timeout, what):
+    """Awaits an ``_cxc.AsyncWaiter``: its Rust future is polled on this event loop's
+    thread, and the cxc reactor's wake-ups reach the loop through
+    ``loop.call_soon_threadsafe`` (no executor, no thread per waiter). Cancelling the
+    awaiting task, or the timeout, drops the Rust future: nothing stays claimed."""
     loop = _asyncio.get_running_loop()
-    token = _cxc.CancelToken()
-    fut = loop.run_in_executor(None, call, timeout, token)
+    fut = loop.create_future()
+    timer = None
     try:
-        return await _asyncio.shield(fut)
-    except _asyncio.CancelledError:
-        token.cancel()
-
-        def _drop(f):
-            if not f.cancelled() and f.exception() is None and f.result() is not None:
-                f.result().release()
-
-        fut.add_done_callback(_drop)
+        waiter.start(loop, fut)
+        if timeout is not None and not fut.done():
+            timer = loop.call_later(max(timeout, 0.0), waiter.expire, what, timeout)
+        return await fut
+    except BaseException:
+        waiter.cancel()
+        # Completed, but the task was cancelled before it resumed: give the claim back.
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            try:
+                fut.result().release()
+            except Error:
+                pass
         raise
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 class Lease(_cxc.Lease):
@@ -59,11 +73,13 @@ class Lease(_cxc.Lease):
     """
 
     async def lock_async(self, timeout=None):
-        """Awaits the lease (the blocking ``lock`` in the loop's default executor)."""
+        """Awaits the lease (at most ``timeout`` seconds; ``None``: forever) on the Rust
+        async machinery: no thread per waiter. Raises :class:`Timeout` on timeout;
+        cancelling the task leaves nothing claimed."""
         g = self.try_lock()
         if g is not None:
             return g
-        return await _in_executor(self._lock_cancellable, timeout)
+        return await _await_waiter(self._async_waiter(), timeout, "lease")
 
 
 class Semaphore(_cxc.Semaphore):
@@ -75,8 +91,10 @@ class Semaphore(_cxc.Semaphore):
     """
 
     async def acquire_async(self, timeout=None):
-        """Awaits a permit (the blocking ``acquire`` in the loop's default executor)."""
+        """Awaits a permit (at most ``timeout`` seconds; ``None``: forever) on the Rust
+        async machinery: no thread per waiter. Raises :class:`Timeout` on timeout;
+        cancelling the task leaves no permit taken."""
         p = self.try_acquire()
         if p is not None:
             return p
-        return await _in_executor(self._acquire_cancellable, timeout)
+        return await _await_waiter(self._async_waiter(), timeout, "semaphore")

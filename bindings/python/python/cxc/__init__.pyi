@@ -59,7 +59,9 @@ class Lease:
     def lock(self, timeout: Optional[float] = None) -> LeaseGuard:
         """Blocks (GIL released, Ctrl-C interrupts); raises Timeout on timeout."""
     def try_lock(self) -> Optional[LeaseGuard]: ...
-    async def lock_async(self, timeout: Optional[float] = None) -> LeaseGuard: ...
+    async def lock_async(self, timeout: Optional[float] = None) -> LeaseGuard:
+        """Awaits the lease on the Rust async machinery (no thread per waiter); raises
+        Timeout on timeout; cancelling the task leaves nothing claimed."""
 
 class SemaphorePermit:
     """One held permit; a context manager that returns it on exit."""
@@ -87,7 +89,9 @@ class Semaphore:
     def max_permits(self) -> int: ...
     def acquire(self, timeout: Optional[float] = None) -> SemaphorePermit: ...
     def try_acquire(self) -> Optional[SemaphorePermit]: ...
-    async def acquire_async(self, timeout: Optional[float] = None) -> SemaphorePermit: ...
+    async def acquire_async(self, timeout: Optional[float] = None) -> SemaphorePermit:
+        """Awaits a permit on the Rust async machinery (no thread per waiter); raises
+        Timeout on timeout; cancelling the task leaves no permit taken."""
 
 class Registration:
     """A worker's slot in a HeartbeatTable; unregisters on exit."""
@@ -129,3 +133,54 @@ class Watchdog:
         """Ticks the epoch; dead slots with work: [(slot, pid, in_flight)]."""
     def reclaim(self, slot: int) -> int:
         """Fences a slot of the last scan and takes its bits (once across watchdogs)."""
+
+class Leadership:
+    """A won term of an election; a context manager that steps down on exit."""
+
+    @property
+    def token(self) -> int:
+        """Fencing token of this term: strictly greater for every later leader."""
+    @property
+    def stepped_down(self) -> bool: ...
+    def is_current(self) -> bool:
+        """Not lost, renewed within the lease duration, and current in the file."""
+    def renew(self) -> None:
+        """Proof of progress: call at least once per grace; LostError once the term is over."""
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Blocks (GIL released, Ctrl-C interrupts) until lost (True) or timeout (False)."""
+    def step_down(self) -> None:
+        """Ends the term now (LostError if it was already over); idempotent."""
+    def __enter__(self) -> "Leadership": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+class Elector:
+    """A candidate in the leader election on a lease file (progress-driven renewal)."""
+
+    def __init__(
+        self,
+        path: _Path,
+        *,
+        create: bool = True,
+        grace: float = 1.0,
+        identity: Optional[str] = None,
+    ) -> None: ...
+    @property
+    def path(self) -> "pathlib.Path": ...
+    @property
+    def identity(self) -> str: ...
+    @property
+    def grace(self) -> float:
+        """The lease duration: a leader that does not renew within it is replaced."""
+    def campaign(self, timeout: Optional[float] = None) -> Leadership:
+        """Blocks until elected (GIL released, Ctrl-C interrupts); Timeout on timeout."""
+    def try_campaign(self) -> Optional[Leadership]: ...
+    def leader(self) -> Optional[Tuple[str, int]]:
+        """(identity, token) of the current leader, or None."""
+
+def async_waiters() -> int:
+    """Async waiters registered with this process's cxc reactor (0 when none waits)."""
