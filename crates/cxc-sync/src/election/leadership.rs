@@ -1,0 +1,287 @@
+//! A won term: [`Leadership`], its renewal (in the work loop or a background thread) and
+//! its end (step down, loss, drop).
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{
+    ElectionBackend, ElectionConfig, ElectionError, ElectionEvent, Renewal, Subscribers, backend,
+    emit, lock,
+};
+
+struct Shared {
+    /// When the last successful renewal was *sent* (the term's local deadline is this
+    /// plus the lease duration).
+    last_renew: Mutex<Instant>,
+    lost: AtomicBool,
+    stop: (Mutex<bool>, Condvar),
+}
+
+/// What a renewer needs (shared by the [`Leadership`] and its background thread).
+struct Core<B: ElectionBackend> {
+    backend: Arc<B>,
+    config: Arc<ElectionConfig>,
+    term: B::Term,
+    shared: Arc<Shared>,
+    subscribers: Subscribers,
+}
+
+impl<B: ElectionBackend> Core<B> {
+    fn token(&self) -> u64 {
+        B::token(&self.term)
+    }
+
+    /// Marks the term lost (once), announcing it.
+    fn mark_lost(&self) {
+        if !self.shared.lost.swap(true, Ordering::AcqRel) {
+            emit(
+                &self.subscribers,
+                &ElectionEvent::StoppedLeading {
+                    token: self.token(),
+                },
+            );
+        }
+    }
+
+    /// Past our own deadline: a standby may lead already. Resign (fenced: a newer term
+    /// is never ended) so one can at once, and stop.
+    fn expire(&self) {
+        if !self.shared.lost.load(Ordering::Acquire) {
+            let _ = self.backend.resign(&self.term);
+        }
+        self.mark_lost();
+    }
+
+    fn expired(&self) -> bool {
+        lock(&self.shared.last_renew).elapsed() > self.config.lease_duration
+    }
+
+    fn renew(&self) -> Result<(), ElectionError> {
+        let lost = ElectionError::Lost {
+            token: self.token(),
+        };
+        if self.shared.lost.load(Ordering::Acquire) {
+            return Err(lost);
+        }
+        if self.expired() {
+            self.expire();
+            return Err(lost);
+        }
+        let sent = Instant::now();
+        match self.backend.renew(&self.term) {
+            Ok(true) => {
+                let mut last = lock(&self.shared.last_renew);
+                *last = (*last).max(sent);
+                Ok(())
+            }
+            Ok(false) => {
+                self.mark_lost();
+                Err(lost)
+            }
+            Err(e) => Err(backend(e)),
+        }
+    }
+
+    fn background(&self) {
+        let (m, cv) = &self.shared.stop;
+        let mut stop = lock(m);
+        while !*stop {
+            let (s, _) = cv
+                .wait_timeout(stop, self.config.renew_period)
+                .unwrap_or_else(|e| e.into_inner());
+            stop = s;
+            if *stop {
+                break;
+            }
+            drop(stop);
+            // A backend error is retried at the next period; the deadline ends it.
+            if let Err(ElectionError::Lost { .. }) = self.renew() {
+                return;
+            }
+            stop = lock(m);
+        }
+    }
+}
+
+/// A won term. Call [`renew`](Self::renew) from the work loop at least once per lease
+/// duration; pass [`token`](Self::token) with every write to a [`FencedResource`].
+/// Dropping it resigns if the config says `release_on_cancel`.
+#[must_use = "leadership ends (or runs out) when dropped"]
+pub struct Leadership<B: ElectionBackend> {
+    backend: Arc<B>,
+    config: Arc<ElectionConfig>,
+    term: B::Term,
+    shared: Arc<Shared>,
+    subscribers: Subscribers,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl<B: ElectionBackend> Debug for Leadership<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("term", &self.term)
+            .field("lost", &self.shared.lost.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: ElectionBackend> Leadership<B> {
+    /// A term just won (the caller announced it), with its background renewer if the
+    /// config asks for one.
+    pub(super) fn begin(
+        backend: Arc<B>,
+        config: Arc<ElectionConfig>,
+        term: B::Term,
+        subscribers: Subscribers,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            last_renew: Mutex::new(Instant::now()),
+            lost: AtomicBool::new(false),
+            stop: (Mutex::new(false), Condvar::new()),
+        });
+        let background = config.renewal == Renewal::Background;
+        let mut l = Leadership {
+            backend,
+            config,
+            term,
+            shared,
+            subscribers,
+            renewer: None,
+        };
+        if background {
+            let core = l.core();
+            l.renewer = Some(std::thread::spawn(move || core.background()));
+        }
+        l
+    }
+
+    fn core(&self) -> Core<B> {
+        Core {
+            backend: self.backend.clone(),
+            config: self.config.clone(),
+            term: self.term,
+            shared: self.shared.clone(),
+            subscribers: self.subscribers.clone(),
+        }
+    }
+
+    /// The fencing token of this term: strictly greater for every later term.
+    pub fn token(&self) -> u64 {
+        B::token(&self.term)
+    }
+
+    /// The backend's term.
+    pub fn term(&self) -> &B::Term {
+        &self.term
+    }
+
+    /// Renews the term (the work loop's proof of progress).
+    ///
+    /// # Errors
+    /// [`ElectionError::Lost`] if the term is over — including when the last renewal
+    /// is older than the lease duration (the leader then resigns); after it every call
+    /// fails the same way. [`ElectionError::Backend`] if the backend failed (retry
+    /// before the deadline).
+    pub fn renew(&self) -> Result<(), ElectionError> {
+        self.core().renew()
+    }
+
+    /// Whether the term is still current: not lost, within its local deadline, and
+    /// current on the backend.
+    ///
+    /// # Errors
+    /// [`ElectionError::Backend`].
+    pub fn is_current(&self) -> Result<bool, ElectionError> {
+        let core = self.core();
+        if self.shared.lost.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        if core.expired() {
+            core.expire();
+            return Ok(false);
+        }
+        if self.backend.is_current(&self.term).map_err(backend)? {
+            Ok(true)
+        } else {
+            core.mark_lost();
+            Ok(false)
+        }
+    }
+
+    /// Whether the term is known lost (no backend request).
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.load(Ordering::Acquire) || self.core().expired()
+    }
+
+    /// Blocks until the term is lost (`true`: superseded, or its local deadline passed
+    /// without renewal) or `timeout` passes (`false`).
+    ///
+    /// # Errors
+    /// [`ElectionError::Backend`].
+    pub fn wait_lost(&self, timeout: Duration) -> Result<bool, ElectionError> {
+        let start = Instant::now();
+        let core = self.core();
+        loop {
+            if self.shared.lost.load(Ordering::Acquire) {
+                return Ok(true);
+            }
+            let deadline_in = self
+                .config
+                .lease_duration
+                .saturating_sub(lock(&self.shared.last_renew).elapsed());
+            if deadline_in.is_zero() && core.expired() {
+                core.expire();
+                return Ok(true);
+            }
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let slice = left.min(deadline_in.max(Duration::from_millis(1)));
+            if self.backend.wait_lost(&self.term, slice).map_err(backend)? {
+                core.mark_lost();
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Ends the term now (resigns), so a standby can lead at once.
+    ///
+    /// # Errors
+    /// [`ElectionError::Lost`] if the term was already over; [`ElectionError::Backend`].
+    pub fn step_down(mut self) -> Result<(), ElectionError> {
+        self.stop_renewer();
+        let core = self.core();
+        let was_lost = self.shared.lost.load(Ordering::Acquire);
+        let resigned = self.backend.resign(&self.term);
+        core.mark_lost();
+        match resigned {
+            Err(e) => Err(backend(e)),
+            Ok(true) if !was_lost => Ok(()),
+            Ok(_) => Err(ElectionError::Lost {
+                token: self.token(),
+            }),
+        }
+    }
+
+    fn stop_renewer(&mut self) {
+        if let Some(h) = self.renewer.take() {
+            let (m, cv) = &self.shared.stop;
+            *lock(m) = true;
+            cv.notify_all();
+            let _ = h.join();
+        }
+    }
+}
+
+impl<B: ElectionBackend> Drop for Leadership<B> {
+    fn drop(&mut self) {
+        self.stop_renewer();
+        if self.config.release_on_cancel && !self.shared.lost.load(Ordering::Acquire) {
+            let _ = self.backend.resign(&self.term);
+        }
+        self.core().mark_lost();
+    }
+}
