@@ -1,6 +1,6 @@
 //! `SeqLock<T>` and `SharedCell<T>` in one process: round trips, files, threads hammering
 //! (checksummed payloads never torn), a stalled `update` superseded and never published,
-//! a panicking `update`.
+//! a `write` that never waits for a stalled `update`, a panicking `update`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -85,7 +85,8 @@ fn threads_never_see_torn_values_nor_lose_updates() {
                 for i in 0..20_000u64 {
                     lock.write(sealed(t << 32 | i)).unwrap();
                     // A thread descheduled longer than the stall timeout inside `update`
-                    // is superseded; its increment is then never published: retry.
+                    // is superseded, and an update that races a publication conflicts;
+                    // its increment is then never published: retry.
                     while let Err(e) = counter.update(|c| *c += 1) {
                         assert_eq!(e, WriteError::Superseded);
                     }
@@ -120,21 +121,51 @@ fn stalled_update_is_superseded_and_never_published() {
         })
     };
     inside.wait();
+    // Another update waits for the claim, then supersedes the stalled one.
     let t = Instant::now();
-    let w = lock.write(2).unwrap();
+    let w = lock.update(|v| *v += 1).unwrap();
     assert!(
         t.elapsed() < Duration::from_millis(150),
         "waited {:?}",
         t.elapsed()
     );
     assert_eq!(w.abandoned, Some(Abandoned::Stalled));
+    assert_eq!(lock.read(), 2);
     assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
     assert_eq!(lock.read(), 2, "the stalled update was published");
-    // Its quarantined buffer was freed: many more writes work.
     for i in 0..100 {
         lock.write(i).unwrap();
     }
     assert_eq!(lock.read(), 99);
+}
+
+#[test]
+fn write_never_waits_for_a_stalled_update() {
+    let lock = Arc::new(SeqLock::new(1u64).unwrap());
+    let inside = Arc::new(Barrier::new(2));
+    let slow = {
+        let (lock, inside) = (lock.clone(), inside.clone());
+        std::thread::spawn(move || {
+            lock.update(|v| {
+                inside.wait();
+                std::thread::sleep(Duration::from_millis(200));
+                *v = 666;
+            })
+        })
+    };
+    inside.wait();
+    let t = Instant::now();
+    for i in 0..1000 {
+        assert_eq!(lock.write(i).unwrap().abandoned, None);
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "1000 writes took {:?}",
+        t.elapsed()
+    );
+    // The update read 1 and would replace 999 without having seen it: refused.
+    assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
+    assert_eq!(lock.read(), 999);
 }
 
 #[test]
@@ -174,12 +205,19 @@ fn cell_sidecar_records_takeovers_and_counts_them() {
         })
     };
     inside.wait();
-    assert_eq!(cell.store(1).unwrap().abandoned, Some(Abandoned::Stalled));
+    assert_eq!(
+        cell.update(|v| *v = 1).unwrap().abandoned,
+        Some(Abandoned::Stalled)
+    );
     assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
+    assert_eq!(cell.load(), 1);
     let counters: std::collections::HashMap<_, _> = cell.counters().into_iter().collect();
-    assert_eq!(counters["claim_stale"], 1);
-    assert_eq!(counters["quarantined"], 1);
-    assert_eq!(counters["quarantine_freed"], 1);
+    assert_eq!(counters["claim_stalled_writer"], 1);
+    assert_eq!(counters["update_conflict"], 1);
+    assert_eq!(
+        counters["slot_reserved"], 2,
+        "one writer slot per writing thread"
+    );
     assert!(
         cell.ring()
             .snapshot()

@@ -139,8 +139,9 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize, inc: u64) -> Result<(),
                     }
                     match r {
                         Ok(w) => note(ctx, w),
-                        // This process was stopped mid-update and superseded: the result
-                        // was discarded, as documented.
+                        // Another writer published between this update's read and its
+                        // publication (a store, or an updater that superseded this one
+                        // while it was stopped): the result was discarded, as documented.
                         Err(WriteError::Superseded) => superseded += 1,
                         Err(e) => ctx.violate("C3 progress", format_args!("update failed: {e}")),
                     }

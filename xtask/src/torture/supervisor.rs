@@ -762,7 +762,7 @@ fn summary(
 /// The cell's summary line, inserted before the final violations line of `s`.
 fn cell_summary(ctx: &Ctx, s: String, r: &cell::Report) -> String {
     let line = format!(
-        "cell: {} stores, {} updates ({} superseded while their process was stopped), {} loads checked; \
+        "cell: {} stores, {} updates ({} refused as superseded: another writer published first), {} loads checked; \
          {} takeovers of dead or stalled writers; {} supervisor checks, {} supervisor stores (slowest {:?}, final {:?})\n  cell counters: {}\n",
         ctx.stat(stat::C_STORES),
         ctx.stat(stat::C_UPDATES),
