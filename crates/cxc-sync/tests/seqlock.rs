@@ -60,6 +60,40 @@ fn cell_files_create_open_validate() {
     assert!(SharedCell::<[u64; 3]>::open(&l).is_err());
 }
 
+/// A cell file of protocol 1 (whose block was the lease's 7552-byte state) is refused
+/// by the version, not by the block size.
+#[test]
+fn cell_of_protocol_1_is_refused_naming_both_versions() {
+    use cxc_mmf::{CreateOptions, Kind, Layout, Mapped, MmfError, TypeFingerprint};
+    use std::sync::atomic::AtomicU64;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("v1.cell");
+    let layout = Layout {
+        kind: Kind::Cell,
+        head_size: 7552,
+        slot_size: 0,
+        capacity: 0,
+        payload: TypeFingerprint::of::<[u64; 3]>(),
+        params: [1, 0, 0, 0],
+    };
+    drop(
+        Mapped::<[AtomicU64; 8]>::create(&p, layout, &CreateOptions::default(), |_, _| {})
+            .unwrap(),
+    );
+    match SharedCell::<[u64; 3]>::open(&p) {
+        Err(SeqLockError::File(MmfError::ParamMismatch {
+            name,
+            expected,
+            found,
+        })) => {
+            assert_eq!((name, expected.as_str(), found), ("cell_protocol", "2", 1));
+        }
+        other => panic!("expected a cell_protocol mismatch, got {other:?}"),
+    }
+    let e = SharedCell::<[u64; 3]>::open(&p).unwrap_err().to_string();
+    assert!(e.contains('1') && e.contains('2'), "{e}");
+}
+
 #[test]
 fn threads_never_see_torn_values_nor_lose_updates() {
     let lock = Arc::new(SeqLock::new(sealed(0)).unwrap());

@@ -130,6 +130,10 @@ pub(crate) struct SeqState {
 const _: () = assert!(size_of::<Buf>() == 64 && size_of::<WriterSlot>() == 64);
 #[cfg(not(cxc_loom))]
 const _: () = assert!(align_of::<SeqState>() == 64);
+/// The layout documented in `docs/shared-cell.md`: published word and claim lines,
+/// counters, slots, buffers, then the sidecar handshake and ring (2688 bytes).
+#[cfg(not(cxc_loom))]
+const _: () = assert!(size_of::<SeqState>() == 64 + 64 + 128 + 64 * SLOTS + 64 * BUFS + 2688);
 
 /// What the OS says about a slot's process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
