@@ -77,8 +77,7 @@ fn cell_of_protocol_1_is_refused_naming_both_versions() {
         params: [1, 0, 0, 0],
     };
     drop(
-        Mapped::<[AtomicU64; 8]>::create(&p, layout, &CreateOptions::default(), |_, _| {})
-            .unwrap(),
+        Mapped::<[AtomicU64; 8]>::create(&p, layout, &CreateOptions::default(), |_, _| {}).unwrap(),
     );
     match SharedCell::<[u64; 3]>::open(&p) {
         Err(SeqLockError::File(MmfError::ParamMismatch {

@@ -2,6 +2,7 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize, Ordering as StdOrdering};
 use std::time::{Duration, Instant};
@@ -89,19 +90,22 @@ pub struct Written {
 const LANES: usize = 64;
 /// The shared lane.
 const SHARED_LANE: usize = LANES;
+const _: () = assert!(LANES.is_power_of_two());
 
 /// Thread indices `0..LANES`, unique among the live threads of this process (an index
 /// is reused only after its thread exited).
 static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
 static FREE_LANES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
-/// This thread's index + 1 (0 = not assigned yet; `usize::MAX` = none left).
-struct ThreadLane(Cell<usize>);
+/// Gives this thread's index back when the thread exits (set when it is assigned).
+struct LaneRelease(Cell<usize>);
 
-impl Drop for ThreadLane {
+impl Drop for LaneRelease {
     fn drop(&mut self) {
         let v = self.0.get();
         if (1..=LANES).contains(&v) {
+            // No write of this thread can follow: its index may go to a new thread.
+            LANE.with(|l| l.set(usize::MAX));
             FREE_LANES
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -111,24 +115,27 @@ impl Drop for ThreadLane {
 }
 
 thread_local! {
-    static LANE: ThreadLane = const { ThreadLane(Cell::new(0)) };
+    /// This thread's index + 1 (0 = not assigned yet; `usize::MAX` = none: every index
+    /// is taken, or the thread is exiting). No destructor, so the fast path is one
+    /// thread-local load.
+    static LANE: Cell<usize> = const { Cell::new(0) };
+    static LANE_RELEASE: LaneRelease = const { LaneRelease(Cell::new(0)) };
 }
 
 /// This thread's lane index, or `None` (the shared lane) if every index is taken or the
 /// thread is exiting.
-#[inline]
+#[inline(always)]
 fn thread_lane() -> Option<usize> {
-    LANE.try_with(|l| match l.0.get() {
-        0 => assign_lane(l),
-        usize::MAX => None,
-        v => Some(v - 1),
-    })
-    .ok()
-    .flatten()
+    match LANE.with(Cell::get) {
+        0 => assign_lane(),
+        v if v <= LANES => Some(v - 1),
+        _ => None,
+    }
 }
 
 #[cold]
-fn assign_lane(l: &ThreadLane) -> Option<usize> {
+#[inline(never)]
+fn assign_lane() -> Option<usize> {
     let free = FREE_LANES.lock().unwrap_or_else(|e| e.into_inner()).pop();
     let i = free.or_else(|| {
         NEXT_LANE
@@ -137,7 +144,17 @@ fn assign_lane(l: &ThreadLane) -> Option<usize> {
             })
             .ok()
     });
-    l.0.set(i.map_or(usize::MAX, |i| i + 1));
+    let v = i.map_or(usize::MAX, |i| i + 1);
+    // Registers the destructor that gives the index back; a thread already exiting
+    // (its destructors running) gets none and uses the shared lane.
+    if i.is_some() && LANE_RELEASE.try_with(|r| r.0.set(v)).is_err() {
+        if let Some(i) = i {
+            FREE_LANES.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+        }
+        LANE.with(|l| l.set(usize::MAX));
+        return None;
+    }
+    LANE.with(|l| l.set(v));
     i
 }
 
@@ -181,14 +198,25 @@ enum Store {
 /// let lock = cxc_sync::SeqLock::new(false);
 /// ```
 pub struct SeqLock<T> {
+    /// The state in `store` (a heap block or the mapping's head, neither of which moves
+    /// while `store` lives), kept as a pointer so the fast paths need no match.
+    st: NonNull<SeqState>,
     store: Store,
     /// Per thread index (and the shared lane): `pid << 32 | (slot + 1)`, 0 = none. Each
     /// entry is used by one thread at a time (the shared one under `shared`).
-    lanes: Box<[StdAtomicU64]>,
+    lanes: Box<[StdAtomicU64; LANES + 1]>,
     shared: Mutex<()>,
     stall: Duration,
     _payload: PhantomData<fn() -> T>,
 }
+
+// SAFETY: `st` points into `store` (a `Box<SeqState>` or a `Mapped<SeqState>`, both
+// `Send + Sync`: the state is made of atomics) and is only used to make `&SeqState`
+// while `self` lives; every other field is `Send + Sync`. `T` is only a phantom
+// (`fn() -> T`), values are copied in and out.
+unsafe impl<T> Send for SeqLock<T> {}
+// SAFETY: as for `Send`: shared access hands out only `&SeqState`, which is `Sync`.
+unsafe impl<T> Sync for SeqLock<T> {}
 
 impl<T> std::fmt::Debug for SeqLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -332,9 +360,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
     }
 
     fn from_store(store: Store) -> Self {
+        let st = NonNull::from(match &store {
+            Store::Heap(s) => &**s,
+            Store::File(m) => m.head(),
+        });
         SeqLock {
+            st,
             store,
-            lanes: (0..=LANES).map(|_| StdAtomicU64::new(0)).collect(),
+            lanes: Box::new(std::array::from_fn(|_| StdAtomicU64::new(0))),
             shared: Mutex::new(()),
             stall: DEFAULT_STALL_TIMEOUT,
             _payload: PhantomData,
@@ -357,7 +390,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
     /// The current value. Never blocks and never returns a torn value: it copies the
     /// published buffer, which no writer writes into, and retries only if a
     /// publication happened during the copy.
-    #[inline]
+    #[inline(always)]
     pub fn read(&self) -> T {
         let st = self.state();
         with_words!(T, W => from_words::<T, W>(&st.read_words::<W>().0))
@@ -373,7 +406,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
     ///
     /// # Errors
     /// [`WriteError::NoWriterSlot`] if every writer slot belongs to a live process.
-    #[inline]
+    #[inline(always)]
     pub fn write(&self, value: T) -> Result<Written, WriteError> {
         match self.own_slot() {
             Some(slot) => {
@@ -437,9 +470,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
     }
 
     /// This thread's writer slot if its lane has one for this process (the fast path).
-    #[inline]
+    #[inline(always)]
     fn own_slot(&self) -> Option<usize> {
-        let i = thread_lane()?;
+        // `thread_lane` is below `LANES`, a power of two: the mask only spares a
+        // bounds check.
+        let i = thread_lane()? & (LANES - 1);
         let l = self.lanes[i].load(StdOrdering::Relaxed);
         (l != 0 && (l >> 32) as u32 == current_pid()).then(|| (l as u32 - 1) as usize)
     }
@@ -560,12 +595,11 @@ fn judge_slot(st: &SeqState, i: usize) -> Verdict {
 }
 
 impl<T> SeqLock<T> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn state(&self) -> &SeqState {
-        match &self.store {
-            Store::Heap(s) => s,
-            Store::File(m) => m.head(),
-        }
+        // SAFETY: `st` points to the state owned by `self.store` (a heap block or the
+        // mapping's head), which does not move and lives as long as `self`.
+        unsafe { self.st.as_ref() }
     }
 
     pub(crate) fn map(&self) -> Option<&Mapped<SeqState>> {

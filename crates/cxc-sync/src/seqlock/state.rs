@@ -173,7 +173,7 @@ impl SeqState {
         self.counters[c].fetch_add(1, Ordering::Relaxed);
     }
 
-    #[inline]
+    #[inline(always)]
     fn buf(&self, pub_word: u64) -> &Buf {
         &self.bufs[(pub_word & INDEX_MASK) as usize & (BUFS - 1)]
     }
@@ -188,7 +188,7 @@ impl SeqState {
     /// The published value's first `W` words and the `pub_word` they were published
     /// under. Never waits for a writer; retries only if a publication happened during
     /// the copy.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn read_words<const W: usize>(&self) -> ([u64; W], u64) {
         const { assert!(W <= PAYLOAD_WORDS) };
         loop {
@@ -223,18 +223,18 @@ impl SeqState {
     }
 
     /// Fills buffer `b` (a staging buffer of the caller's slot, see [`staging`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn fill<const W: usize>(&self, b: usize, words: &[u64; W]) {
         // SYNC: pairs with the Acquire fence in `read_words` (a late reader of `b`).
         fence(Ordering::Release);
-        for (dst, w) in self.bufs[b].words.iter().zip(words) {
+        for (dst, w) in self.bufs[b & (BUFS - 1)].words.iter().zip(words) {
             dst.store(*w, Ordering::Relaxed);
         }
     }
 
     /// Publishes the filled buffer `b` if `pub_word` is still `seen`. `Err(now)`: another
     /// writer published first; nothing was published.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn publish(&self, b: usize, seen: u64) -> Result<(), u64> {
         let next = ((seen >> 8).wrapping_add(1) << 8) | b as u64;
         // SYNC: publication. Pairs with the Acquire loads in `read_words`.
@@ -245,7 +245,7 @@ impl SeqState {
 
     /// Fills and publishes `words` through `slot`: the whole write protocol of a blind
     /// store (one RMW when uncontended).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write<const W: usize>(&self, slot: usize, words: &[u64; W]) {
         let (b, mut seen) = self.staging(slot);
         self.fill(b, words);
