@@ -204,7 +204,7 @@ pub struct SeqLock<T> {
     store: Store,
     /// Per thread index (and the shared lane): `pid << 32 | (slot + 1)`, 0 = none. Each
     /// entry is used by one thread at a time (the shared one under `shared`).
-    lanes: Box<[StdAtomicU64; LANES + 1]>,
+    lanes: [StdAtomicU64; LANES + 1],
     shared: Mutex<()>,
     stall: Duration,
     _payload: PhantomData<fn() -> T>,
@@ -367,7 +367,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
         SeqLock {
             st,
             store,
-            lanes: Box::new(std::array::from_fn(|_| StdAtomicU64::new(0))),
+            lanes: std::array::from_fn(|_| StdAtomicU64::new(0)),
             shared: Mutex::new(()),
             stall: DEFAULT_STALL_TIMEOUT,
             _payload: PhantomData,
