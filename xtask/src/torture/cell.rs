@@ -8,7 +8,10 @@
 //! - **C2 no going back**: a writer's stores are published in order, so a loader that saw
 //!   a writer's `n`-th store never loads an earlier one of the same writer incarnation.
 //! - **C3 progress**: a store by the supervisor completes within [`STORE_BOUND`] while
-//!   workers are stopped or killed mid-store (a stopped writer never wedges the cell).
+//!   workers are stopped or killed mid-store (a stopped writer never wedges the cell),
+//!   and an update by the supervisor within [`UPDATE_BOUND`]: its stall timeout is
+//!   [`SUPERVISOR_STALL`], longer than the bound, so an update-claim holder that was
+//!   killed must be judged dead by the OS, not waited out (pauses are 100–400 ms).
 //!
 //! At the end (every worker exited): a store completes at once and is loaded back.
 
@@ -24,7 +27,11 @@ use cxc_testkit::Rng;
 pub(crate) const FILE: &str = "cell.cxc";
 /// A store by the supervisor must complete within this, whatever the workers do.
 const STORE_BOUND: Duration = Duration::from_millis(500);
-/// The supervisor stores every this often.
+/// An update by the supervisor must complete within this.
+const UPDATE_BOUND: Duration = Duration::from_millis(1000);
+/// The supervisor's stall timeout (longer than `UPDATE_BOUND`).
+const SUPERVISOR_STALL: Duration = Duration::from_secs(2);
+/// The supervisor stores, then updates, every this often.
 const SUPERVISOR_STORE_EVERY: Duration = Duration::from_millis(100);
 /// The supervisor's writer id in a tag.
 const SUPERVISOR_ID: u64 = 0xFF;
@@ -168,6 +175,8 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize, inc: u64) -> Result<(),
 pub(crate) struct Report {
     pub(crate) supervisor_stores: u64,
     pub(crate) slowest_store: Duration,
+    pub(crate) supervisor_updates: u64,
+    pub(crate) slowest_update: Duration,
     pub(crate) final_store: Duration,
     pub(crate) counters: Vec<(&'static str, u64)>,
 }
@@ -181,18 +190,52 @@ pub(crate) struct Monitor {
     n: u64,
     next_store: Instant,
     slowest: Duration,
+    updates: u64,
+    slowest_update: Duration,
 }
 
 impl Monitor {
     pub(crate) fn open(dir: &Path) -> Result<Self, String> {
+        let mut cell = SharedCell::open(dir.join(FILE)).map_err(|e| format!("open cell: {e}"))?;
+        cell.set_stall_timeout(SUPERVISOR_STALL);
         Ok(Monitor {
-            cell: SharedCell::open(dir.join(FILE)).map_err(|e| format!("open cell: {e}"))?,
+            cell,
             dir: dir.to_path_buf(),
             loader: Loader::default(),
             n: 0,
             next_store: Instant::now(),
             slowest: Duration::ZERO,
+            updates: 0,
+            slowest_update: Duration::ZERO,
         })
+    }
+
+    fn update(&mut self, ctx: &Ctx) {
+        self.n += 1;
+        let (n, t) = (self.n, Instant::now());
+        let mut given = None;
+        let r = self.cell.update(|v| {
+            given = Some(*v);
+            *v = sealed(tag(SUPERVISOR_ID, 0, n));
+        });
+        let took = t.elapsed();
+        if let Some(g) = given {
+            self.loader
+                .check(ctx, &g, "the value given to the supervisor's update");
+        }
+        match r {
+            Ok(w) => note(ctx, w),
+            Err(WriteError::Superseded) => {}
+            Err(e) => ctx.violate("C3 progress", format_args!("supervisor update failed: {e}")),
+        }
+        if took > UPDATE_BOUND {
+            ctx.violate(
+                "C3 progress",
+                format_args!("a supervisor update took {took:?} (bound {UPDATE_BOUND:?})"),
+            );
+        }
+        self.updates += 1;
+        self.slowest_update = self.slowest_update.max(took);
     }
 
     fn store(&mut self, ctx: &Ctx) -> Duration {
@@ -220,6 +263,7 @@ impl Monitor {
         ctx.bump(stat::C_CHECKS, 1);
         if Instant::now() >= self.next_store {
             self.store(ctx);
+            self.update(ctx);
             self.next_store = Instant::now() + SUPERVISOR_STORE_EVERY;
         }
     }
@@ -239,8 +283,10 @@ impl Monitor {
             );
         }
         Ok(Report {
-            supervisor_stores: self.n,
+            supervisor_stores: self.n - self.updates,
             slowest_store: self.slowest,
+            supervisor_updates: self.updates,
+            slowest_update: self.slowest_update,
             final_store,
             counters: self.cell.counters(),
         })

@@ -763,7 +763,7 @@ fn summary(
 fn cell_summary(ctx: &Ctx, s: String, r: &cell::Report) -> String {
     let line = format!(
         "cell: {} stores, {} updates ({} refused as superseded: another writer published first), {} loads checked; \
-         {} takeovers of dead or stalled writers; {} supervisor checks, {} supervisor stores (slowest {:?}, final {:?})\n  cell counters: {}\n",
+         {} takeovers of dead or stalled writers; {} supervisor checks, {} supervisor stores (slowest {:?}, final {:?}), {} supervisor updates (slowest {:?})\n  cell counters: {}\n",
         ctx.stat(stat::C_STORES),
         ctx.stat(stat::C_UPDATES),
         ctx.stat(stat::C_SUPERSEDED),
@@ -773,6 +773,8 @@ fn cell_summary(ctx: &Ctx, s: String, r: &cell::Report) -> String {
         r.supervisor_stores,
         r.slowest_store,
         r.final_store,
+        r.supervisor_updates,
+        r.slowest_update,
         fmt_counters(&r.counters),
     );
     match s.rfind("violations: ") {

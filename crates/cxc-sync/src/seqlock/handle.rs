@@ -531,7 +531,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
         if SeqState::claim_holder(c).is_none()
             && let Some(m) = st.try_claim(c, slot)
         {
-            return (m, None);
+            return (m, died(c));
         }
         self.claim_slow(slot)
     }
@@ -549,7 +549,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
             let c = st.claim_word();
             let Some(h) = SeqState::claim_holder(c) else {
                 if let Some(m) = st.try_claim(c, slot) {
-                    return (m, None);
+                    return (m, died(c));
                 }
                 continue;
             };
@@ -580,6 +580,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
             std::thread::sleep(Duration::from_micros(20));
         }
     }
+}
+
+/// `Some(Died)` for a free claim word left by a holder that died holding it (its slot was
+/// reclaimed, `SeqState::claim_died`).
+fn died(c: u64) -> Option<Abandoned> {
+    SeqState::claim_died(c).then_some(Abandoned::Died)
 }
 
 /// The OS's verdict on the process that reserved slot `i`: `Dead` only if proven (a slot

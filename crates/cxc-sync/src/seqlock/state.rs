@@ -51,6 +51,12 @@ const INDEX_MASK: u64 = 0xFF;
 /// never makes a reader index out of bounds).
 const _: () = assert!(BUFS.is_power_of_two() && BUFS as u64 <= INDEX_MASK + 1);
 
+/// The holder part of the claim word (`slot + 1`; 0 = free).
+const HOLDER_MASK: u64 = 0x7F;
+/// Claim-word flag: free because the slot of its last holder, a process that died holding
+/// it, was reclaimed; the next claimant is told ([`SeqState::claim_died`]).
+pub(crate) const CLAIM_DIED: u64 = 0x80;
+
 /// Slot states (low 2 bits of `WriterSlot::state`; the rest is a version).
 const FREE: u64 = 0;
 const BUSY: u64 = 1;
@@ -287,6 +293,7 @@ impl SeqState {
                 {
                     if s & 3 == VALID {
                         self.bump(counter::SLOT_RECLAIMED);
+                        self.free_claim_of_dead(i);
                     }
                     for (dst, w) in slot.ident.iter().zip(ident) {
                         dst.store(w, Ordering::Relaxed);
@@ -333,6 +340,28 @@ impl SeqState {
 
     // ---- update claim ----
 
+    /// The process that reserved slot `i` was proven dead and the slot is being reclaimed
+    /// (BUSY, so no claim can name it anew): if it died holding the update claim, free the
+    /// claim with the [`CLAIM_DIED`] flag, before the slot (and so the identity waiters
+    /// judge the holder by) goes to a live process.
+    fn free_claim_of_dead(&self, i: usize) {
+        let c = self.claim.load(Ordering::Acquire);
+        if Self::claim_holder(c) == Some(i) {
+            // Fails only if a waiter took the claim over meanwhile.
+            let _ = self.claim.compare_exchange(
+                c,
+                (c & !INDEX_MASK) | CLAIM_DIED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Whether the free claim word `c` was left by a holder that died holding it.
+    pub(crate) fn claim_died(c: u64) -> bool {
+        c & CLAIM_DIED != 0
+    }
+
     /// Tries to take the update claim for `slot` if it is `cur` (free, or a holder being
     /// superseded). Returns the claim word installed.
     pub(crate) fn try_claim(&self, cur: u64, slot: usize) -> Option<u64> {
@@ -360,9 +389,61 @@ impl SeqState {
 
     /// The slot holding the claim word `c`, if any.
     pub(crate) fn claim_holder(c: u64) -> Option<usize> {
-        match (c & INDEX_MASK) as usize {
+        match (c & HOLDER_MASK) as usize {
             0 => None,
             h => Some((h - 1) % SLOTS),
         }
+    }
+}
+
+#[cfg(all(test, not(cxc_loom)))]
+mod tests {
+    use super::*;
+
+    fn zeroed() -> Box<SeqState> {
+        let layout = std::alloc::Layout::new::<SeqState>();
+        // SAFETY: `SeqState` has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<SeqState>();
+        assert!(!p.is_null());
+        // SAFETY: allocated with `SeqState`'s layout by the global allocator, zeroed;
+        // `SeqState` is made of atomics, valid at all zeros.
+        unsafe { Box::from_raw(p) }
+    }
+
+    /// A slot reclaimed from a process that died holding the update claim frees the claim
+    /// with the died flag, so the next updater neither waits for the slot's new (live)
+    /// owner nor misses the news.
+    #[test]
+    fn reclaiming_a_dead_holders_slot_frees_its_claim() {
+        let s = zeroed();
+        let alive = |_: &SeqState, _: usize| Verdict::Alive;
+        let dead0 = |_: &SeqState, i: usize| {
+            if i == 0 {
+                Verdict::Dead
+            } else {
+                Verdict::Alive
+            }
+        };
+        assert_eq!(s.reserve([1, 1, 1, 1], alive), Some(0));
+        let c = s.claim_word();
+        let mine = s.try_claim(c, 0).unwrap();
+        assert_eq!(SeqState::claim_holder(s.claim_word()), Some(0));
+        for _ in 1..SLOTS {
+            assert!(s.reserve([2, 1, 1, 2], alive).is_some());
+        }
+        assert_eq!(
+            s.reserve([3, 1, 1, 3], alive),
+            None,
+            "no free slot, none dead"
+        );
+        assert_eq!(s.reserve([3, 1, 1, 3], dead0), Some(0));
+        let c = s.claim_word();
+        assert_eq!(SeqState::claim_holder(c), None);
+        assert!(SeqState::claim_died(c));
+        // The dead holder's stale release changes nothing.
+        s.release_claim(mine);
+        assert_eq!(s.claim_word(), c);
+        let m = s.try_claim(c, 0).unwrap();
+        assert!(!SeqState::claim_died(m));
     }
 }
