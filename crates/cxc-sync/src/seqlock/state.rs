@@ -285,7 +285,7 @@ impl SeqState {
                         .state
                         .compare_exchange(
                             s,
-                            (s & !3) + VERSION_ONE | BUSY,
+                            ((s & !3) + VERSION_ONE) | BUSY,
                             Ordering::AcqRel,
                             Ordering::Relaxed,
                         )
@@ -300,7 +300,7 @@ impl SeqState {
                     }
                     // SYNC: slot identity. Pairs with the Acquire load in `slot_ident`.
                     slot.state
-                        .store((s & !3) + VERSION_ONE | VALID, Ordering::Release);
+                        .store(((s & !3) + VERSION_ONE) | VALID, Ordering::Release);
                     self.bump(counter::SLOT_RESERVED);
                     return Some(i);
                 }
