@@ -414,16 +414,18 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
                 with_words!(T, W => st.write::<W>(slot, &to_words::<T, W>(&value)));
                 Ok(Written::default())
             }
-            None => self.write_slow(&value),
+            // By value: a reference would make the fast path store `value` to memory
+            // first, and those stores would have to drain before its CAS.
+            None => self.write_slow(value),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn write_slow(&self, value: &T) -> Result<Written, WriteError> {
+    fn write_slow(&self, value: T) -> Result<Written, WriteError> {
         let st = self.state();
         let (slot, _shared) = self.lane_slot()?;
-        with_words!(T, W => st.write::<W>(slot, &to_words::<T, W>(value)));
+        with_words!(T, W => st.write::<W>(slot, &to_words::<T, W>(&value)));
         Ok(Written::default())
     }
 
