@@ -4,18 +4,26 @@
 //! Ids are `seqlock/<op>_<bytes>/<impl>`: `read` (SeqLock `read`, SharedCell `load`,
 //! mutex lock + copy out + unlock) and `write` (SeqLock `write`, SharedCell `store`,
 //! mutex lock + copy in + unlock). Targets: read ≤ 0.15× the mutex, write ≤ 0.8×.
+//! Before the criterion runs, the same ratios are measured interleaved (see
+//! [`interleaved`]) and printed to stderr.
 
 use std::hint::black_box;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
 use cxc::{FromBytes, Immutable, IntoBytes, KnownLayout, SeqLock, SharedCell};
 
-fn case<T>(g: &mut BenchmarkGroup<'_, WallTime>, dir: &std::path::Path, make: fn(u64) -> T)
-where
+/// `make` is a closure (monomorphised and inlined), not a function pointer: an indirect
+/// call per iteration would add the same few nanoseconds to every side and blur the
+/// ratios.
+fn case<T>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    dir: &std::path::Path,
+    make: impl Fn(u64) -> T + Copy,
+) where
     T: FromBytes + IntoBytes + Immutable + KnownLayout + Copy + 'static,
 {
     let bytes = size_of::<T>();
@@ -53,8 +61,75 @@ where
     });
 }
 
+/// Interleaved check of the same ratios, printed before the criterion runs: on a shared
+/// machine whose load changes from second to second, criterion's one-function-at-a-time
+/// medians can compare a quiet second with a busy one; here every round times 100 000
+/// operations of each side back to back, and the median over 41 rounds of the per-round
+/// ratio is printed.
+fn interleaved<T>(dir: &std::path::Path, make: impl Fn(u64) -> T + Copy)
+where
+    T: FromBytes + IntoBytes + Immutable + KnownLayout + Copy + 'static,
+{
+    const N: u32 = 100_000;
+    let bytes = size_of::<T>();
+    let lock = SeqLock::new(make(0)).unwrap();
+    let cell = SharedCell::create(dir.join(format!("i{bytes}.cell")), make(0)).unwrap();
+    let m = Mutex::new(make(0));
+    /// Nanoseconds per call of `f` (monomorphised: no indirect call per operation).
+    fn time(mut f: impl FnMut()) -> f64 {
+        let t = Instant::now();
+        for _ in 0..N {
+            f();
+        }
+        t.elapsed().as_secs_f64() * 1e9 / f64::from(N)
+    }
+    let mut x = 0u64;
+    let mut rows: [Vec<f64>; 4] = Default::default();
+    for _ in 0..41 {
+        let mutex_read = time(|| {
+            black_box(*m.lock().unwrap());
+        });
+        let lock_read = time(|| {
+            black_box(lock.read());
+        });
+        let cell_read = time(|| {
+            black_box(cell.load());
+        });
+        let mutex_write = time(|| {
+            x = x.wrapping_add(1);
+            *m.lock().unwrap() = make(black_box(x));
+        });
+        let lock_write = time(|| {
+            x = x.wrapping_add(1);
+            black_box(lock.write(make(black_box(x))).is_ok());
+        });
+        let cell_write = time(|| {
+            x = x.wrapping_add(1);
+            black_box(cell.store(make(black_box(x))).is_ok());
+        });
+        rows[0].push(lock_read / mutex_read);
+        rows[1].push(cell_read / mutex_read);
+        rows[2].push(lock_write / mutex_write);
+        rows[3].push(cell_write / mutex_write);
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "seqlock interleaved {bytes:>2} B: read/mutex {:.3}, load/mutex {:.3}, write/mutex {:.3}, store/mutex {:.3}",
+        med(&mut rows[0]),
+        med(&mut rows[1]),
+        med(&mut rows[2]),
+        med(&mut rows[3]),
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
+    interleaved(dir.path(), |x| x);
+    interleaved(dir.path(), |x| [x; 3]);
+    interleaved(dir.path(), |x| [x; 6]);
     let mut g = c.benchmark_group("seqlock");
     case(&mut g, dir.path(), |x| x);
     case(&mut g, dir.path(), |x| [x; 3]);

@@ -35,7 +35,7 @@ fn create_cell_then_inspect_shows_the_published_value() {
         text.contains(&format!("value:       0102ff{zeros} (48 bytes, hex)")),
         "{text}"
     );
-    assert!(text.contains("claim_stale=0"), "{text}");
+    assert!(text.contains("claim_stalled_writer=0"), "{text}");
 
     // Another process stores through the library; inspect shows the new value.
     let cell = cxc::SharedCell::<CellBytes>::open(&f).unwrap();
@@ -49,7 +49,7 @@ fn create_cell_then_inspect_shows_the_published_value() {
     assert_eq!(json["kind"], "cell");
     assert_eq!(json["state"]["value_hex"], format!("{}ab", "00".repeat(47)));
     assert_eq!(json["state"]["value_bytes"], 48);
-    assert_eq!(json["state"]["counters"]["claim_dead_owner"], 0);
+    assert_eq!(json["state"]["counters"]["claim_dead_writer"], 0);
     let recent = json["recent"].as_array().unwrap();
     assert_eq!(recent.len(), 1, "{json}");
     assert_eq!(recent[0]["op"], "lease.claim.stale");
@@ -78,7 +78,7 @@ fn create_cell_then_inspect_shows_the_published_value() {
     assert!(
         events
             .iter()
-            .any(|s| s.labels.get("event") == Some("claim_stale"))
+            .any(|s| s.labels.get("event") == Some("claim_stalled_writer"))
     );
     assert!(prom.contains("# TYPE cxc_cell_events_total counter"));
 

@@ -38,7 +38,6 @@ pub(crate) mod park;
 pub(crate) mod primitive;
 mod rwlock;
 mod semaphore;
-#[cfg(not(cxc_loom))]
 mod seqlock;
 
 #[cfg(not(cxc_loom))]

@@ -1,11 +1,13 @@
 //! `SharedCell` across processes (issue #20): writers in several processes are SIGKILLed
-//! and SIGSTOPped at random while storing; readers in other processes never see a torn
-//! value (checksummed payload) and never wait for a writer; once every writer is dead a
-//! store completes at once.
+//! and SIGSTOPped at random while storing and updating; readers in other processes never
+//! see a torn value (checksummed payload) and never wait for a writer; once every writer is
+//! dead a store completes at once, and so does an update (a holder of the update claim
+//! that was killed is judged dead by the OS, not waited out: the parent's stall timeout
+//! is 10 s).
 
 use std::time::{Duration, Instant};
 
-use cxc_sync::SharedCell;
+use cxc_sync::{SharedCell, WriteError};
 use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, path_arg, report, role};
 
 const TEST: &str = "writers_killed_and_stopped_never_tear_nor_wedge";
@@ -30,7 +32,16 @@ fn writer_role() {
     let mut i = 0u64;
     loop {
         i += 1;
-        cell.store(sealed(id << 40 | i)).unwrap();
+        if i % 8 == 0 {
+            // An update may be superseded (stopped past the others' stall timeout) or
+            // conflict with a store: its result is then not published.
+            match cell.update(|v| *v = sealed(id << 40 | i)) {
+                Ok(_) | Err(WriteError::Superseded) => {}
+                Err(e) => panic!("update: {e}"),
+            }
+        } else {
+            cell.store(sealed(id << 40 | i)).unwrap();
+        }
     }
 }
 
@@ -75,7 +86,8 @@ fn writers_killed_and_stopped_never_tear_nor_wedge() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("torture.cell");
-    let cell = SharedCell::create(&path, sealed(0)).unwrap();
+    let mut cell = SharedCell::create(&path, sealed(0)).unwrap();
+    cell.set_stall_timeout(Duration::from_secs(10));
     let mut rng = Rng::for_test();
     let run_ms = 2500u64;
     let mut readers: Vec<Proc> = (0..2)
@@ -133,16 +145,25 @@ fn writers_killed_and_stopped_never_tear_nor_wedge() {
         p.kill();
     }
     let t = Instant::now();
-    let w = cell.store(sealed(1)).unwrap();
+    cell.store(sealed(1)).unwrap();
     let took = t.elapsed();
     assert_eq!(cell.load(), sealed(1));
+    let t = Instant::now();
+    let w = cell.update(|v| *v = sealed(v[0] + 1)).unwrap();
+    let took_update = t.elapsed();
+    assert_eq!(cell.load(), sealed(2));
     eprintln!(
-        "kills={kills} stops={stops} final store took {took:?} ({:?})",
-        w.abandoned
+        "kills={kills} stops={stops} final store took {took:?}, final update {took_update:?} ({:?}); counters {:?}",
+        w.abandoned,
+        cell.counters()
     );
     assert!(
         took < Duration::from_millis(100),
         "a store after every writer died took {took:?}"
+    );
+    assert!(
+        took_update < Duration::from_millis(100),
+        "an update after every writer died took {took_update:?}"
     );
     for r in &mut readers {
         let lines = r.finish(Duration::from_secs(60));

@@ -1,6 +1,6 @@
 //! `SeqLock<T>` and `SharedCell<T>` in one process: round trips, files, threads hammering
 //! (checksummed payloads never torn), a stalled `update` superseded and never published,
-//! a panicking `update`.
+//! a `write` that never waits for a stalled `update`, a panicking `update`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -60,6 +60,39 @@ fn cell_files_create_open_validate() {
     assert!(SharedCell::<[u64; 3]>::open(&l).is_err());
 }
 
+/// A cell file of protocol 1 (whose block was the lease's 7552-byte state) is refused
+/// by the version, not by the block size.
+#[test]
+fn cell_of_protocol_1_is_refused_naming_both_versions() {
+    use cxc_mmf::{CreateOptions, Kind, Layout, Mapped, MmfError, TypeFingerprint};
+    use std::sync::atomic::AtomicU64;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("v1.cell");
+    let layout = Layout {
+        kind: Kind::Cell,
+        head_size: 7552,
+        slot_size: 0,
+        capacity: 0,
+        payload: TypeFingerprint::of::<[u64; 3]>(),
+        params: [1, 0, 0, 0],
+    };
+    drop(
+        Mapped::<[AtomicU64; 8]>::create(&p, layout, &CreateOptions::default(), |_, _| {}).unwrap(),
+    );
+    match SharedCell::<[u64; 3]>::open(&p) {
+        Err(SeqLockError::File(MmfError::ParamMismatch {
+            name,
+            expected,
+            found,
+        })) => {
+            assert_eq!((name, expected.as_str(), found), ("cell_protocol", "2", 1));
+        }
+        other => panic!("expected a cell_protocol mismatch, got {other:?}"),
+    }
+    let e = SharedCell::<[u64; 3]>::open(&p).unwrap_err().to_string();
+    assert!(e.contains('1') && e.contains('2'), "{e}");
+}
+
 #[test]
 fn threads_never_see_torn_values_nor_lose_updates() {
     let lock = Arc::new(SeqLock::new(sealed(0)).unwrap());
@@ -85,7 +118,8 @@ fn threads_never_see_torn_values_nor_lose_updates() {
                 for i in 0..20_000u64 {
                     lock.write(sealed(t << 32 | i)).unwrap();
                     // A thread descheduled longer than the stall timeout inside `update`
-                    // is superseded; its increment is then never published: retry.
+                    // is superseded, and an update that races a publication conflicts;
+                    // its increment is then never published: retry.
                     while let Err(e) = counter.update(|c| *c += 1) {
                         assert_eq!(e, WriteError::Superseded);
                     }
@@ -120,21 +154,51 @@ fn stalled_update_is_superseded_and_never_published() {
         })
     };
     inside.wait();
+    // Another update waits for the claim, then supersedes the stalled one.
     let t = Instant::now();
-    let w = lock.write(2).unwrap();
+    let w = lock.update(|v| *v += 1).unwrap();
     assert!(
         t.elapsed() < Duration::from_millis(150),
         "waited {:?}",
         t.elapsed()
     );
     assert_eq!(w.abandoned, Some(Abandoned::Stalled));
+    assert_eq!(lock.read(), 2);
     assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
     assert_eq!(lock.read(), 2, "the stalled update was published");
-    // Its quarantined buffer was freed: many more writes work.
     for i in 0..100 {
         lock.write(i).unwrap();
     }
     assert_eq!(lock.read(), 99);
+}
+
+#[test]
+fn write_never_waits_for_a_stalled_update() {
+    let lock = Arc::new(SeqLock::new(1u64).unwrap());
+    let inside = Arc::new(Barrier::new(2));
+    let slow = {
+        let (lock, inside) = (lock.clone(), inside.clone());
+        std::thread::spawn(move || {
+            lock.update(|v| {
+                inside.wait();
+                std::thread::sleep(Duration::from_millis(200));
+                *v = 666;
+            })
+        })
+    };
+    inside.wait();
+    let t = Instant::now();
+    for i in 0..1000 {
+        assert_eq!(lock.write(i).unwrap().abandoned, None);
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "1000 writes took {:?}",
+        t.elapsed()
+    );
+    // The update read 1 and would replace 999 without having seen it: refused.
+    assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
+    assert_eq!(lock.read(), 999);
 }
 
 #[test]
@@ -174,12 +238,19 @@ fn cell_sidecar_records_takeovers_and_counts_them() {
         })
     };
     inside.wait();
-    assert_eq!(cell.store(1).unwrap().abandoned, Some(Abandoned::Stalled));
+    assert_eq!(
+        cell.update(|v| *v = 1).unwrap().abandoned,
+        Some(Abandoned::Stalled)
+    );
     assert_eq!(slow.join().unwrap(), Err(WriteError::Superseded));
+    assert_eq!(cell.load(), 1);
     let counters: std::collections::HashMap<_, _> = cell.counters().into_iter().collect();
-    assert_eq!(counters["claim_stale"], 1);
-    assert_eq!(counters["quarantined"], 1);
-    assert_eq!(counters["quarantine_freed"], 1);
+    assert_eq!(counters["claim_stalled_writer"], 1);
+    assert_eq!(counters["update_conflict"], 1);
+    assert_eq!(
+        counters["slot_reserved"], 2,
+        "one writer slot per writing thread"
+    );
     assert!(
         cell.ring()
             .snapshot()

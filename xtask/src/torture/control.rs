@@ -46,18 +46,26 @@ pub(crate) mod stat {
     pub(crate) const H_FENCED: usize = 20;
     pub(crate) const H_REJECTED: usize = 21;
     pub(crate) const H_TAKE_RACE: usize = 22;
+    pub(crate) const C_OPS: usize = 24;
+    pub(crate) const C_STORES: usize = 25;
+    pub(crate) const C_UPDATES: usize = 26;
+    pub(crate) const C_LOADS: usize = 27;
+    pub(crate) const C_SUPERSEDED: usize = 28;
+    pub(crate) const C_TAKEOVERS: usize = 29;
+    pub(crate) const C_CHECKS: usize = 30;
     pub(crate) const S_OPS: usize = 32;
     pub(crate) const S_ACQUIRED: usize = 33;
     pub(crate) const S_TIMEOUTS: usize = 34;
     pub(crate) const S_CHECKS: usize = 35;
     pub(crate) const S_CHECK_SKIPPED: usize = 36;
     pub(crate) const S_MAX_IN_USE: usize = 37;
-    /// Violations by primitive (invariant names start with L, H, S; others: crashes,
+    /// Violations by primitive (invariant names start with L, H, S, C; others: crashes,
     /// hangs).
     pub(crate) const V_LEASE: usize = 48;
     pub(crate) const V_HEARTBEAT: usize = 49;
     pub(crate) const V_SEMAPHORE: usize = 50;
     pub(crate) const V_OTHER: usize = 51;
+    pub(crate) const V_CELL: usize = 53;
     pub(crate) const COUNT: usize = 64;
 }
 
@@ -138,6 +146,7 @@ impl Ctx {
                 Some(b'L') => stat::V_LEASE,
                 Some(b'H') => stat::V_HEARTBEAT,
                 Some(b'S') => stat::V_SEMAPHORE,
+                Some(b'C') => stat::V_CELL,
                 _ => stat::V_OTHER,
             },
             1,

@@ -1,5 +1,5 @@
 //! `cargo xtask torture`: kill, pause and restart worker processes that hammer the lease,
-//! the heartbeat table (with a watchdog) and the semaphore, and check the protocol
+//! the heartbeat table (with a watchdog), the semaphore and the shared cell, and check the protocol
 //! invariants live and at the end (docs/RELIABILITY.md).
 //!
 //! - `torture` (what users run): builds xtask in release and runs `torture-supervise`
@@ -7,6 +7,7 @@
 //! - `torture-supervise`: the supervisor ([`supervisor`]).
 //! - `torture-worker` (hidden): one worker process, spawned by the supervisor.
 
+mod cell;
 mod control;
 mod heartbeat;
 mod lease;
@@ -156,6 +157,7 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
         Role::Lease => lease::process(&ctx, &o),
         Role::Heartbeat => heartbeat::worker(&ctx, rng),
         Role::Semaphore => semaphore::worker(&ctx, rng, o.id),
+        Role::Cell => cell::worker(&ctx, rng, o.id, o.inc),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,7 +12,7 @@ use rustix::process::{Pid, Signal, kill_process};
 
 use super::control::{self, Ctx, stat};
 use super::opts::{LeaseMode, Options, Role, WorkerOptions};
-use super::{heartbeat, lease, semaphore};
+use super::{cell, heartbeat, lease, semaphore};
 use cxc_testkit::Rng;
 
 /// Chaos actions come every 20 ms to `2 * CHAOS_MEAN_MS` (uniform; mean about 160 ms).
@@ -297,11 +297,12 @@ impl Supervisor {
         let kills: u64 = self.chaos.values().map(|c| c.kills).sum();
         let pauses: u64 = self.chaos.values().map(|c| c.pauses).sum();
         format!(
-            "torture: {:>4}s  ops lease={} heartbeat={} semaphore={}  kills={kills} pauses={pauses}  violations={}",
+            "torture: {:>4}s  ops lease={} heartbeat={} semaphore={} cell={}  kills={kills} pauses={pauses}  violations={}",
             elapsed.as_secs(),
             self.ctx.stat(stat::L_OPS),
             self.ctx.stat(stat::H_OPS),
             self.ctx.stat(stat::S_OPS),
+            self.ctx.stat(stat::C_OPS),
             self.ctx.violations()
         )
     }
@@ -425,6 +426,9 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     if has(Role::Semaphore) {
         semaphore::setup(&dir, opts.procs)?;
     }
+    if has(Role::Cell) {
+        cell::setup(&dir)?;
+    }
     let mut lease_mon = if has(Role::Lease) {
         Some(lease::Monitor::open(&dir)?)
     } else {
@@ -437,6 +441,11 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     };
     let mut sem_mon = if has(Role::Semaphore) {
         Some(semaphore::Monitor::open(&dir)?)
+    } else {
+        None
+    };
+    let mut cell_mon = if has(Role::Cell) {
+        Some(cell::Monitor::open(&dir)?)
     } else {
         None
     };
@@ -499,6 +508,9 @@ fn run(opts: Options) -> Result<ExitCode, String> {
             if let Some(m) = sem_mon.as_mut() {
                 m.check(&sup.ctx);
             }
+            if let Some(m) = cell_mon.as_mut() {
+                m.check(&sup.ctx);
+            }
         }
         if now >= next_report {
             next_report = now + Duration::from_secs(10);
@@ -527,7 +539,14 @@ fn run(opts: Options) -> Result<ExitCode, String> {
         Some(m) => Some(m.final_check(&sup.ctx)?),
         None => None,
     };
-    let summary = summary(&sup, start.elapsed(), lease_report, hb_report, sem_report);
+    let cell_report = match cell_mon.as_mut() {
+        Some(m) => Some(m.final_check(&sup.ctx)?),
+        None => None,
+    };
+    let mut summary = summary(&sup, start.elapsed(), lease_report, hb_report, sem_report);
+    if let Some(r) = &cell_report {
+        summary = cell_summary(&sup.ctx, summary, r);
+    }
     println!("{summary}");
     let violations = control::read_violations(&dir);
     let n = sup.ctx.violations();
@@ -578,6 +597,7 @@ fn summary(
             Role::Lease => stat::V_LEASE,
             Role::Heartbeat => stat::V_HEARTBEAT,
             Role::Semaphore => stat::V_SEMAPHORE,
+            Role::Cell => stat::V_CELL,
         })
     };
     let mut total = Chaos::default();
@@ -600,6 +620,7 @@ fn summary(
                 0,
                 Some(sem.as_ref().map_or(0, |r| r.reclaimed_permits)),
             ),
+            Role::Cell => (ctx.stat(stat::C_OPS), ctx.stat(stat::C_TAKEOVERS), None),
         };
         total_ops += ops;
         total.kills += c.kills;
@@ -736,6 +757,30 @@ fn summary(
         ctx.stat(stat::V_OTHER)
     );
     s
+}
+
+/// The cell's summary line, inserted before the final violations line of `s`.
+fn cell_summary(ctx: &Ctx, s: String, r: &cell::Report) -> String {
+    let line = format!(
+        "cell: {} stores, {} updates ({} refused as superseded: another writer published first), {} loads checked; \
+         {} takeovers of dead or stalled writers; {} supervisor checks, {} supervisor stores (slowest {:?}, final {:?}), {} supervisor updates (slowest {:?})\n  cell counters: {}\n",
+        ctx.stat(stat::C_STORES),
+        ctx.stat(stat::C_UPDATES),
+        ctx.stat(stat::C_SUPERSEDED),
+        ctx.stat(stat::C_LOADS),
+        ctx.stat(stat::C_TAKEOVERS),
+        ctx.stat(stat::C_CHECKS),
+        r.supervisor_stores,
+        r.slowest_store,
+        r.final_store,
+        r.supervisor_updates,
+        r.slowest_update,
+        fmt_counters(&r.counters),
+    );
+    match s.rfind("violations: ") {
+        Some(i) => format!("{}{line}{}", &s[..i], &s[i..]),
+        None => s + &line,
+    }
 }
 
 fn counter_of(c: &[(&str, u64)], name: &str) -> u64 {

@@ -5,11 +5,8 @@ mod claim;
 mod claiming;
 mod ident;
 #[cfg(all(test, cxc_loom))]
-mod loom_seq;
-#[cfg(all(test, cxc_loom))]
 mod loom_tests;
 mod os;
-mod seq;
 mod state;
 mod word;
 mod write;
@@ -21,13 +18,6 @@ pub use state::{PAYLOAD_BYTES, counter};
 mod async_hooks;
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use state::LeaseState as LeaseStateRef;
-// The SeqLock (`crate::seqlock`) is built on the lease's state and protocol.
-#[cfg(not(cxc_loom))]
-pub(crate) use ident::REGISTRY;
-pub(crate) use ident::pid_word;
-pub(crate) use seq::{Patience, Took};
-pub(crate) use state::{LeaseState, PAYLOAD_WORDS, WriteRefused};
-pub(crate) use word::Word;
 
 #[cfg(not(cxc_loom))]
 mod blocking;

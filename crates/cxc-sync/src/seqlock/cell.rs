@@ -8,21 +8,27 @@ use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, Typ
 use cxc_sidecar::{AdaptiveInstance, HandshakeHeader, ObservationRing, OpCode, counter_values};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::{Abandoned, SeqLock, SeqLockError, WriteError, Written, check_payload, init_state};
-use crate::lease::{LeaseState, counter};
+use super::handle::{check_payload, init_state};
+use super::state::{SeqState, counter};
+use super::{Abandoned, SeqLock, SeqLockError, WriteError, Written};
 
-/// Size of the cell's fixed block (the lease's state block, `docs/shared-cell.md`).
-const HEAD_SIZE: u32 = size_of::<LeaseState>() as u32;
-/// Version of the cell protocol, stored in header `params[0]`.
-const CELL_PROTOCOL: u64 = 1;
+/// Size of the cell's fixed block (`docs/shared-cell.md`).
+const HEAD_SIZE: u32 = size_of::<SeqState>() as u32;
+/// Version of the cell protocol, stored in header `params[0]`. Version 1 was built on
+/// the lease's state block; version 2 has its own (`docs/shared-cell.md`).
+const CELL_PROTOCOL: u64 = 2;
+
+fn protocol_mismatch(found: u64) -> MmfError {
+    MmfError::ParamMismatch {
+        name: "cell_protocol",
+        expected: CELL_PROTOCOL.to_string(),
+        found,
+    }
+}
 
 fn check_params(params: &[u64; 4]) -> Result<(), MmfError> {
     if params[0] != CELL_PROTOCOL {
-        return Err(MmfError::ParamMismatch {
-            name: "cell_protocol",
-            expected: CELL_PROTOCOL.to_string(),
-            found: params[0],
-        });
+        return Err(protocol_mismatch(params[0]));
     }
     if params[1..] != [0, 0, 0] {
         return Err(MmfError::ParamMismatch {
@@ -110,7 +116,19 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedCell<T> {
     /// [`SeqLockError::File`] with the exact mismatch; payload errors as for `create`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SeqLockError> {
         check_payload::<T>()?;
-        let map = Mapped::open(path, &Self::expect())?;
+        let path = path.as_ref();
+        let map = Mapped::open(path, &Self::expect()).map_err(|e| {
+            // A cell of another protocol version has another block size: name the
+            // versions rather than the size.
+            match cxc_mmf::peek(path) {
+                Ok(info)
+                    if info.layout.kind == Kind::Cell && info.layout.params[0] != CELL_PROTOCOL =>
+                {
+                    protocol_mismatch(info.layout.params[0])
+                }
+                _ => e,
+            }
+        })?;
         Ok(Self::from_map(map))
     }
 
@@ -138,7 +156,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedCell<T> {
         }
     }
 
-    fn from_map(map: Mapped<LeaseState>) -> Self {
+    fn from_map(map: Mapped<SeqState>) -> Self {
         SharedCell {
             lock: SeqLock::from_map(map),
             observed: AtomicBool::new(false),
@@ -187,7 +205,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedCell<T> {
         self.lock.map().map_or(Path::new(""), |m| m.path())
     }
 
-    /// The cumulative counters (takeovers of dead and stalled writers, quarantine).
+    /// The cumulative counters (writer slots reserved and reclaimed, update claims taken
+    /// over from dead and stalled updaters, update conflicts).
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         counter_values(&counter::NAMES, &self.lock.state().counters)
     }
@@ -197,8 +216,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedCell<T> {
         if !self.observed.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        // The cell's state is a lease state: its takeovers are recorded with the lease's
-        // op codes (`docs/shared-cell.md`).
+        // Update-claim takeovers are recorded with the lease's takeover op codes
+        // (`docs/shared-cell.md`).
         let op = match w.abandoned {
             Some(Abandoned::Died) => OpCode::LeaseClaimDeadOwner,
             _ => OpCode::LeaseClaimStale,
