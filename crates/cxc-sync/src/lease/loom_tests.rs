@@ -345,6 +345,43 @@ fn loom_stale_writer_resumes_after_takeover() {
     });
 }
 
+/// L7 for readers: a reader that loaded the claim word before a publication and a
+/// refill of the buffer it names never returns that refill unless it is published. Here
+/// the refill's publication fails (the writer is superseded as stale in between), so its
+/// value must never be read.
+#[test]
+fn loom_late_reader_never_sees_an_unpublished_fill() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
+        let _ = holder(&s, 30);
+        assert!(
+            s.write_if(&words(1), PAYLOAD_WORDS, |w| w.id() == c1.id)
+                .is_ok()
+        );
+        let s1 = s.clone();
+        let reader = thread::spawn(move || s1.read_if(PAYLOAD_WORDS, |_| true));
+        let s2 = s.clone();
+        let writer = thread::spawn(move || {
+            assert!(
+                s2.write_if(&words(2), PAYLOAD_WORDS, |w| w.id() == c1.id)
+                    .is_ok()
+            );
+            let w = s2.start_write(|w| w.id() == c1.id).unwrap();
+            s2.fill(w, &words(3), PAYLOAD_WORDS);
+            s2.epoch.store(5, Ordering::Release);
+            assert!(claim(&s2, NEVER, 30, 0, false).is_some());
+            assert!(!s2.publish(w, false), "a superseded write published");
+        });
+        let read = reader.join().unwrap();
+        writer.join().unwrap();
+        assert!(
+            read.is_none() || read == Some(words(1)) || read == Some(words(2)),
+            "a reader saw a fill that was never published: {read:?}"
+        );
+    });
+}
+
 /// The blocking claim's round, as `OwnerLease::acquire` runs it (announce, re-check with
 /// an RMW, try, sleep on the announced value), with the model futex: a lost wake-up
 /// deadlocks the model.

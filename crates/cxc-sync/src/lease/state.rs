@@ -339,7 +339,8 @@ impl LeaseState {
             if !accept(cur) {
                 return None;
             }
-            let buf = &self.bufs[cur.published()];
+            let p = cur.published();
+            let buf = &self.bufs[p];
             // SYNC: payload seqlock. Pairs with the Release fence/store in `fill`.
             let s1 = buf.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
@@ -348,7 +349,14 @@ impl LeaseState {
                     *dst = src.load(Ordering::Relaxed);
                 }
                 fence(Ordering::Acquire);
-                if buf.seq.load(Ordering::Relaxed) == s1 {
+                // The copy is the published value only if `p` is still the published
+                // buffer and was not refilled: a reader that loaded `cur` long ago may
+                // have copied a later claim's staged fill of `p`, which is never to be
+                // seen unless it is published (L7). A buffer is published again only
+                // after a fill, which changes its sequence; the Acquire load of the claim
+                // word makes that fill's sequence visible to the load after it.
+                let again = self.word();
+                if again.published() == p && buf.seq.load(Ordering::Relaxed) == s1 {
                     return Some(words);
                 }
             }
