@@ -1,5 +1,5 @@
 //! `cargo xtask torture`: kill, pause and restart worker processes that hammer the lease,
-//! the heartbeat table (with a watchdog) and the semaphore, and check the protocol
+//! the heartbeat table (with a watchdog), the semaphore and the rwlock, and check the protocol
 //! invariants live and at the end (docs/RELIABILITY.md).
 //!
 //! - `torture` (what users run): builds xtask in release and runs `torture-supervise`
@@ -11,6 +11,7 @@ mod control;
 mod heartbeat;
 mod lease;
 mod opts;
+mod rwlock;
 mod semaphore;
 mod shm;
 mod supervisor;
@@ -156,6 +157,7 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
         Role::Lease => lease::process(&ctx, &o),
         Role::Heartbeat => heartbeat::worker(&ctx, rng),
         Role::Semaphore => semaphore::worker(&ctx, rng, o.id),
+        Role::Rwlock => rwlock::worker(&ctx, rng, o.id),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,7 @@ usage: cargo xtask torture [--seconds N] [--procs N] [--seed S] [--primitive P] 
   --seconds N     chaos phase length (default 60)
   --procs N       worker processes per primitive (default 4)
   --seed S        seed of every random choice (decimal or 0x-hex; default: from the clock, printed)
-  --primitive P   lease | heartbeat | semaphore | all (default all; may be repeated)
+  --primitive P   lease | heartbeat | semaphore | rwlock | all (default all; may be repeated)
   --dir D         working directory for the shared files (default: a fresh temp directory)
   --keep          keep the working directory even when the run passes
   --ident-churn   after a lease holder is killed inside a write, stop the other lease
@@ -22,16 +22,18 @@ pub(crate) enum Role {
     Lease,
     Heartbeat,
     Semaphore,
+    Rwlock,
 }
 
 impl Role {
-    pub(crate) const ALL: [Role; 3] = [Role::Lease, Role::Heartbeat, Role::Semaphore];
+    pub(crate) const ALL: [Role; 4] = [Role::Lease, Role::Heartbeat, Role::Semaphore, Role::Rwlock];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Lease => "lease",
             Role::Heartbeat => "heartbeat",
             Role::Semaphore => "semaphore",
+            Role::Rwlock => "rwlock",
         }
     }
 
