@@ -116,7 +116,7 @@ pub use cxc_mmf::{Kind, MmfError};
 #[cfg(feature = "async")]
 pub use cxc_sync::{
     ASYNC_MAX_FILES, ASYNC_TICK, AcquireFuture, LeaseLost, LockFuture, OwnedLockFuture,
-    async_waiters, block_on,
+    ReadFuture, WriteFuture, async_waiters, block_on,
 };
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,

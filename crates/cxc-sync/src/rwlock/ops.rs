@@ -20,13 +20,13 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(20);
 
 /// A blocked caller's view of the writer it waits behind: evicts it if its process is
 /// dead, or if neither its claim nor its progress counter moved for a grace period.
-struct Watch {
+pub(crate) struct Watch {
     seen: Option<(u64, u64, Instant)>,
     next: Instant,
 }
 
 impl Watch {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Watch {
             seen: None,
             next: Instant::now() + CHECK_EVERY,
@@ -34,7 +34,7 @@ impl Watch {
     }
 
     /// Runs the periodic checks if due; `true` if something was freed (retry at once).
-    fn check<T>(&mut self, lock: &SharedRwLock<T>, now: Instant) -> bool {
+    pub(crate) fn check<T>(&mut self, lock: &SharedRwLock<T>, now: Instant) -> bool {
         if now < self.next {
             return false;
         }
@@ -187,7 +187,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
         self.write_slow(Instant::now().checked_add(timeout))
     }
 
-    fn write_guard(&self, claim: Word) -> WriteGuard<'_, T> {
+    pub(super) fn write_guard(&self, claim: Word) -> WriteGuard<'_, T> {
         WriteGuard {
             lock: self,
             claim: Cell::new(claim),
