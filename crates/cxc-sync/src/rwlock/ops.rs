@@ -121,7 +121,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
         let mut watch = Watch::new();
         let mut spins = 0;
         loop {
-            if let Some(g) = self.try_read() {
+            // Look (a plain load) before trying: a failed attempt bumps this process's
+            // read count and takes it back, which a draining writer sees as a reader
+            // still inside (and may wake it from its sleep for nothing).
+            if raw.word().writer().is_none()
+                && let Some(g) = self.try_read()
+            {
                 return Some(g);
             }
             if spins < SPIN_LIMIT {
