@@ -207,3 +207,77 @@ fn evicted_writers_buffers_are_freed() {
     }
     assert_eq!(lock.read().get(), 7);
 }
+
+/// The sidecar wiring: a raw handle records nothing; a handle in a `SidecarBox` records
+/// its waits, the evictions it makes and its refused writes into the file's ring; a
+/// strategy published through one handle is seen by the other.
+#[test]
+fn sidecar_records_waits_evictions_and_refused_writes() {
+    use cxc_sidecar::{AdaptiveInstance, OpCode, Sidecar, SidecarBox, Strategy, flags};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.rw");
+    let raw = SharedRwLock::<u64>::create_with(&path, 0, &opts()).unwrap();
+    {
+        let _w = raw.write();
+        assert!(raw.read_timeout(Duration::from_millis(10)).is_none());
+    }
+    assert!(
+        raw.ring().snapshot().is_empty(),
+        "raw handles record nothing"
+    );
+
+    static SC: Sidecar = Sidecar::new();
+    let boxed = SidecarBox::new_in(&SC, SharedRwLock::<u64>::open(&path).unwrap(), None);
+    // A read that times out behind a writer.
+    let w = raw.write();
+    assert!(boxed.read_timeout(Duration::from_millis(20)).is_none());
+    // The writer makes no progress: the boxed writer evicts it after the grace.
+    let bw = boxed
+        .write_timeout(Duration::from_secs(5))
+        .expect("stale writer evicted");
+    drop(bw);
+    assert!(w.write(5).is_err());
+    drop(w);
+    // Now the boxed handle's writer is evicted (by the raw one) and its write refused.
+    let bw = boxed.write();
+    let rw = raw
+        .write_timeout(Duration::from_secs(5))
+        .expect("stale writer evicted");
+    drop(rw);
+    assert!(matches!(bw.write(1), Err(WriteGuardError::Lost { .. })));
+    drop(bw);
+
+    let seen: Vec<(OpCode, u16)> = boxed
+        .ring()
+        .snapshot()
+        .into_iter()
+        .map(|o| (o.op, o.flags))
+        .collect();
+    let ops: Vec<OpCode> = seen.iter().map(|s| s.0).collect();
+    assert_eq!(
+        ops,
+        vec![
+            OpCode::RwReadWait,
+            OpCode::RwEvictStale,
+            OpCode::RwWriteWait,
+            OpCode::RwStaleRejected,
+        ],
+        "{seen:?}"
+    );
+    assert!(seen[0].1 & flags::WAIT_TIMED_OUT != 0);
+    assert!(seen[2].1 & flags::WAIT_TIMED_OUT == 0);
+    let report = SC.poll();
+    assert_eq!(report.instances.len(), 1);
+    let counters = boxed.counters();
+    assert!(counters.contains(&("evicted_stale", 2)), "{counters:?}");
+
+    let generation = boxed.apply(Strategy::Park);
+    assert_eq!(raw.handshake().current(), (Strategy::Park, generation));
+    // With the strategy published, a blocked reader parks without spinning.
+    let w = raw.write();
+    assert!(boxed.read_timeout(Duration::from_millis(20)).is_none());
+    drop(w);
+    let last = boxed.ring().snapshot().pop().unwrap();
+    assert_eq!(last.op, OpCode::RwReadWait);
+    assert!(last.flags & flags::WAIT_PARKED != 0, "{last:?}");
+}

@@ -3,6 +3,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use cxc_sidecar::{Instrumented, OpCode, flags};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::WriteGuardError;
@@ -47,8 +48,10 @@ impl Watch {
         };
         if lock.slot_dead(writer) {
             let freed = lock.reclaim_dead() > 0;
-            if raw.evict(raw.word()) {
+            let now_w = raw.word();
+            if raw.evict(now_w) {
                 raw.bump(ctr::EVICTED_DEAD);
+                lock.note(OpCode::RwEvictDead, 0, now_w.token());
                 return true;
             }
             return freed;
@@ -62,6 +65,7 @@ impl Watch {
             Some((id, b, since)) if id == w.id() && b == beat => {
                 if now.duration_since(since) >= lock.grace && raw.evict(w) {
                     raw.bump(ctr::EVICTED_STALE);
+                    lock.note(OpCode::RwEvictStale, 0, w.token());
                     self.seen = None;
                     return true;
                 }
@@ -83,7 +87,66 @@ impl Watch {
     }
 }
 
+/// How long a blocked caller spins before its first sleep: the shared strategy's budget
+/// (a time, set by a sidecar policy), or [`SPIN_LIMIT`] iterations.
+struct Spin {
+    budget: Option<Duration>,
+    started: Instant,
+    spins: u32,
+}
+
+impl Spin {
+    fn new<T>(lock: &SharedRwLock<T>, started: Instant) -> Self {
+        Spin {
+            budget: lock.map.head().handshake.spin_budget(),
+            started,
+            spins: 0,
+        }
+    }
+
+    /// `true` while the caller should spin (one `spin_loop` hint done).
+    fn again(&mut self) -> bool {
+        let more = match self.budget {
+            None => self.spins < SPIN_LIMIT,
+            Some(b) => self.spins % 16 != 0 || self.started.elapsed() < b,
+        };
+        if more {
+            self.spins += 1;
+            std::hint::spin_loop();
+        }
+        more
+    }
+}
+
+/// The `flags` of a wait observation.
+fn wait_flags(parked: bool, timed_out: bool) -> u16 {
+    let mut f = if parked {
+        flags::WAIT_PARKED
+    } else {
+        flags::WAIT_SPUN
+    };
+    if timed_out {
+        f |= flags::WAIT_TIMED_OUT;
+    }
+    f
+}
+
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
+    /// Records a wait (read or write) that missed its first try.
+    #[inline]
+    fn note_wait(&self, write: bool, started: Instant, parked: bool, timed_out: bool) {
+        let op = if write {
+            OpCode::RwWriteWait
+        } else {
+            OpCode::RwReadWait
+        };
+        self.note(
+            op,
+            wait_flags(parked, timed_out),
+            started.elapsed().as_nanos() as u64,
+        );
+    }
+
     /// Takes a read lock if no writer holds or waits.
     #[inline(always)]
     pub fn try_read(&self) -> Option<ReadGuard<'_, T>> {
@@ -118,8 +181,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     fn read_slow(&self, deadline: Option<Instant>) -> Option<ReadGuard<'_, T>> {
         let raw = self.raw();
         raw.bump(ctr::READ_CONTENDED);
+        let started = Instant::now();
         let mut watch = Watch::new();
-        let mut spins = 0;
+        let mut spin = Spin::new(self, started);
+        let mut parked = false;
         loop {
             // Look (a plain load) before trying: a failed attempt bumps this process's
             // read count and takes it back, which a draining writer sees as a reader
@@ -127,16 +192,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
             if raw.word().writer().is_none()
                 && let Some(g) = self.try_read()
             {
+                self.note_wait(false, started, parked, false);
                 return Some(g);
             }
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 raw.bump(ctr::TIMEOUTS);
+                self.note_wait(false, started, parked, true);
                 return None;
             }
             if watch.check(self, now) {
@@ -146,6 +211,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 continue;
             };
             raw.bump(ctr::SLEEPS);
+            parked = true;
             crate::park::sleep(
                 &self.map.head().rwake,
                 seen,
@@ -186,7 +252,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 if raw.reader_left().is_none() {
                     return Some(self.write_guard(claim));
                 }
-                return self.drain(claim, Instant::now().checked_add(timeout));
+                let now = Instant::now();
+                return self.drain(claim, now.checked_add(timeout), now, false);
             }
         }
         self.write_slow(Instant::now().checked_add(timeout))
@@ -202,22 +269,32 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
 
     #[cold]
     fn write_slow(&self, deadline: Option<Instant>) -> Option<WriteGuard<'_, T>> {
+        self.write_wait(deadline, Instant::now(), false)
+    }
+
+    /// Waits for the writer to leave, claims, then drains. `started`/`parked`: the wait
+    /// so far (a writer evicted while draining comes back here).
+    fn write_wait(
+        &self,
+        deadline: Option<Instant>,
+        started: Instant,
+        mut parked: bool,
+    ) -> Option<WriteGuard<'_, T>> {
         let raw = self.raw();
         raw.bump(ctr::WRITE_CONTENDED);
         let mut watch = Watch::new();
-        let mut spins = 0;
+        let mut spin = Spin::new(self, started);
         loop {
             if let Some(claim) = self.holder().and_then(|s| raw.try_claim(s)) {
-                return self.drain(claim, deadline);
+                return self.drain(claim, deadline, started, parked);
             }
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 raw.bump(ctr::TIMEOUTS);
+                self.note_wait(true, started, parked, true);
                 return None;
             }
             if watch.check(self, now) {
@@ -227,6 +304,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 continue;
             };
             raw.bump(ctr::SLEEPS);
+            parked = true;
             crate::park::sleep(
                 &self.map.head().wwake,
                 seen,
@@ -240,33 +318,39 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// leave, reclaiming dead ones and beating so waiters do not take this writer for a
     /// stalled one. Gives the claim up at the deadline.
     #[cold]
-    fn drain(&self, claim: Word, deadline: Option<Instant>) -> Option<WriteGuard<'_, T>> {
+    fn drain(
+        &self,
+        claim: Word,
+        deadline: Option<Instant>,
+        started: Instant,
+        mut parked: bool,
+    ) -> Option<WriteGuard<'_, T>> {
         let raw = self.raw();
         let head = self.map.head();
         let mut next = Instant::now() + CHECK_EVERY;
-        let mut spins = 0;
+        let mut spin = Spin::new(self, Instant::now());
         loop {
             let Some(i) = raw.reader_left() else {
                 if raw.is_current(claim) {
+                    self.note_wait(true, started, parked, false);
                     return Some(self.write_guard(claim));
                 }
                 // Evicted while draining (e.g. stopped for longer than the grace).
                 raw.free_own_quarantine(claim);
-                return self.write_slow(deadline);
+                return self.write_wait(deadline, started, parked);
             };
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let now = Instant::now();
             if !raw.is_current(claim) {
                 raw.free_own_quarantine(claim);
-                return self.write_slow(deadline);
+                return self.write_wait(deadline, started, parked);
             }
             if deadline.is_some_and(|d| now >= d) {
                 raw.bump(ctr::TIMEOUTS);
                 raw.write_unlock(claim);
+                self.note_wait(true, started, parked, true);
                 return None;
             }
             if now >= next {
@@ -280,6 +364,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 continue;
             };
             raw.bump(ctr::SLEEPS);
+            parked = true;
             let mut d = next.saturating_duration_since(now);
             if let Some(dl) = deadline {
                 d = d.min(dl.saturating_duration_since(now));
@@ -339,10 +424,11 @@ pub struct WriteGuard<'a, T> {
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
+    /// The error of an operation refused because the claim was evicted (recorded).
     fn lost(&self) -> WriteGuardError {
-        WriteGuardError::Lost {
-            token: self.claim.get().token(),
-        }
+        let token = self.claim.get().token();
+        self.lock.note(OpCode::RwStaleRejected, 0, token);
+        WriteGuardError::Lost { token }
     }
 
     /// The payload.
@@ -438,9 +524,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
     /// [`WriteGuardError::Lost`] if the lock had been evicted.
     pub fn unlock(self) -> Result<(), WriteGuardError> {
         let ok = self.lock.raw().write_unlock(self.claim.get());
-        let err = self.lost();
+        let r = if ok { Ok(()) } else { Err(self.lost()) };
         std::mem::forget(self);
-        if ok { Ok(()) } else { Err(err) }
+        r
     }
 }
 

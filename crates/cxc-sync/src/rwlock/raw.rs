@@ -419,14 +419,15 @@ impl RawRwLock<'_> {
     }
 
     /// Drops every read hold of slot `d`, whose process died (the caller owns the slot
-    /// exclusively: it took it over), and evicts it if it is the writer.
-    pub(crate) fn drop_dead_slot(&self, d: usize) {
-        let Some(slot) = self.slots.get(d) else {
-            return;
-        };
+    /// exclusively: it took it over), and evicts it if it is the writer. Returns the
+    /// evicted writer's token, if it was evicted here.
+    pub(crate) fn drop_dead_slot(&self, d: usize) -> Option<u64> {
+        let slot = self.slots.get(d)?;
         let w = self.word();
+        let mut evicted = None;
         if w.writer() == Some(d) && self.evict(w) {
             self.bump(ctr::EVICTED_DEAD);
+            evicted = Some(w.token());
         } else {
             // It may have died between releasing the write lock and waking the waiters.
             self.wake_after_writer();
@@ -438,6 +439,7 @@ impl RawRwLock<'_> {
         if park::has_sleepers(&self.head.dwake) {
             self.wake(&self.head.dwake, u32::MAX);
         }
+        evicted
     }
 
     /// Wakes up to `n` sleepers of `word` (the model futex under loom).
