@@ -224,11 +224,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// Takes the write lock if no writer holds and no reader holds.
     #[inline(always)]
     pub fn try_write(&self) -> Option<WriteGuard<'_, T>> {
-        let slot = self.holder()?;
+        let (slot, pid) = self.holder_and_pid()?;
         let raw = self.raw();
         let claim = raw.try_claim(slot)?;
         if raw.reader_left().is_none() {
-            return Some(self.write_guard(claim));
+            return Some(self.guard_of(claim, pid));
         }
         raw.write_unlock(claim);
         None
@@ -246,11 +246,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// As [`write`](Self::write), giving up after `timeout`.
     #[inline]
     pub fn write_timeout(&self, timeout: Duration) -> Option<WriteGuard<'_, T>> {
-        if let Some(slot) = self.holder() {
+        if let Some((slot, pid)) = self.holder_and_pid() {
             let raw = self.raw();
             if let Some(claim) = raw.try_claim(slot) {
                 if raw.reader_left().is_none() {
-                    return Some(self.write_guard(claim));
+                    return Some(self.guard_of(claim, pid));
                 }
                 let now = Instant::now();
                 return self.drain(claim, now.checked_add(timeout), now, false);
@@ -260,10 +260,17 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     }
 
     pub(super) fn write_guard(&self, claim: Word) -> WriteGuard<'_, T> {
+        self.guard_of(claim, current_pid())
+    }
+
+    /// The guard of `claim`, taken by process `pid` (one pid lookup per write lock on the
+    /// fast path, shared with the holder-slot lookup).
+    #[inline(always)]
+    fn guard_of(&self, claim: Word, pid: u32) -> WriteGuard<'_, T> {
         WriteGuard {
             lock: self,
             claim: Cell::new(claim),
-            pid: current_pid(),
+            pid,
         }
     }
 
