@@ -281,3 +281,23 @@ fn sidecar_records_waits_evictions_and_refused_writes() {
     assert_eq!(last.op, OpCode::RwReadWait);
     assert!(last.flags & flags::WAIT_PARKED != 0, "{last:?}");
 }
+
+/// Payloads that do not fill a buffer, or fill it exactly: readers and writers see the
+/// bytes last written, whatever the other buffers held before.
+#[test]
+fn odd_sized_and_full_payloads_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = SharedRwLock::<[u8; 13]>::create(dir.path().join("13.rw"), [1; 13]).unwrap();
+    let full = SharedRwLock::<[u8; 64]>::create(dir.path().join("64.rw"), [1; 64]).unwrap();
+    for i in 2..20u8 {
+        let mut v = [i; 13];
+        v[12] = i.wrapping_mul(7);
+        small.write().write(v).unwrap();
+        assert_eq!(small.read().get(), v);
+        let w = full.write();
+        assert_eq!(w.read().unwrap(), [i - 1; 64]);
+        w.update(|b| *b = [i; 64]).unwrap();
+        drop(w);
+        assert_eq!(full.read().get(), [i; 64]);
+    }
+}

@@ -152,6 +152,11 @@ fn create_options(opts: &RwLockOptions) -> CreateOptions {
     }
 }
 
+/// The payload words a `T` uses.
+pub(super) const fn words_of<T>() -> usize {
+    size_of::<T>().div_ceil(8)
+}
+
 /// `value` as payload words (the rest zero).
 pub(super) fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
     let mut words = [0u64; PAYLOAD_WORDS];

@@ -7,7 +7,7 @@ use cxc_sidecar::{Instrumented, OpCode, flags};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::WriteGuardError;
-use super::handle::{SharedRwLock, from_words, to_words};
+use super::handle::{SharedRwLock, from_words, to_words, words_of};
 use super::layout::ctr;
 use super::raw::WriteRefused;
 use super::word::Word;
@@ -393,7 +393,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> ReadGuard<'_, T> {
     /// The payload (no writer can change it while this guard lives).
     pub fn get(&self) -> T {
         let raw = self.lock.raw();
-        let words = raw.copy_published(raw.word());
+        let words = raw.copy_published_n(raw.word(), words_of::<T>());
         // `check_payload` ensured `T` fits; zerocopy reads any bit pattern.
         from_words(&words).unwrap_or_else(|| T::new_zeroed())
     }
@@ -446,7 +446,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
         let words = self
             .lock
             .raw()
-            .read_as_writer(self.claim.get())
+            .read_as_writer(self.claim.get(), words_of::<T>())
             .ok_or_else(|| self.lost())?;
         Ok(from_words(&words).unwrap_or_else(|| T::new_zeroed()))
     }
@@ -482,7 +482,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
             raw.free_own_quarantine(claim);
             return Err(self.lost());
         }
-        raw.fill(claim, &to_words(&value));
+        raw.fill_n(claim, &to_words(&value), words_of::<T>());
         let next = raw.publish(claim).map_err(|_| self.lost())?;
         self.claim.set(next);
         Ok(())
