@@ -1,6 +1,6 @@
 //! Read-mostly mix across processes: two processes each take a read lock (and copy the
-//! protected value out) 95 % of the time and the write lock (read the value, write it
-//! + 1) 5 % of the time, as fast as they can, for a fixed time. `SharedRwLock<u64>`
+//! protected value out) 95 % of the time and the write lock (read the value, write it plus
+//! one) 5 % of the time, as fast as they can, for a fixed time. `SharedRwLock<u64>`
 //! against a `pthread_rwlock_t` initialised `PTHREAD_PROCESS_SHARED` (glibc's default
 //! kind, which prefers readers) in the shared page. Both processes draw the same
 //! pseudo-random read/write sequence for both locks. The final value is checked against
