@@ -761,9 +761,10 @@ fn rw_mix_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     let tput_time = if data.quick { "0.3 s" } else { "1 s" };
     let _ = writeln!(
         md,
-        "Two processes take a read lock and copy the value out 95 % of the time and the \
-         write lock (read the value, write it + 1) 5 % of the time, for {tput_time} per trial, \
-         trials interleaved; both draw the same read/write sequence for both locks. The \
+        "Two processes, each pinned to a CPU of its own, take a read lock and copy the value \
+         out 95 % of the time and the write lock (read the value, write it + 1) 5 % of the \
+         time, for {tput_time} per trial, trials interleaved; both draw the same read/write \
+         sequence for both locks. The \
          baseline is a `pthread_rwlock_t` initialised `PTHREAD_PROCESS_SHARED` (glibc's \
          default, reader-preferring kind) in a shared file mapping. The final value is \
          checked against the number of writes.\n"
