@@ -40,7 +40,7 @@ pub(crate) struct CreateRwLock {
 
 /// Arguments of `cxc rwlock run`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = supervise::EXIT_CODES)]
+#[command(after_help = EXIT_CODES)]
 #[command(group(clap::ArgGroup::new("mode").required(true).args(["shared", "exclusive"])))]
 pub(crate) struct RwLockRun {
     /// Hold a read lock: any number of shared runs at once, none with an exclusive one.
@@ -60,6 +60,24 @@ pub(crate) struct RwLockRun {
     #[command(flatten)]
     waiting: Waiting,
 }
+
+/// The exit codes of `rwlock run`, as `--help` shows them (`lease run`'s, with 75 for an
+/// evicted exclusive run).
+const EXIT_CODES: &str = "\
+Exit codes:
+  N        the command's own exit code (128+S if it died of signal S)
+  1        conflict (-n found the lock taken) or timeout (-w ran out); -E N changes it
+  2        usage error, or the file is missing, foreign or unusable
+  75       --exclusive: the write lock was lost while the command ran (the keeper made no
+           progress for the file's grace while others waited); the command's process
+           group was terminated
+  126      the command was found but could not be run
+  127      the command was not found
+
+The lock is held on behalf of the command's process group: an exclusive run starts only
+once every earlier group is gone, whatever happens to the wrappers. SIGTERM/SIGINT/SIGHUP
+are forwarded to the group; if the wrapper dies, the group is terminated (SIGTERM, SIGKILL
+2 s later). See docs/cli.md.";
 
 fn parse_mode(s: &str) -> Result<u32, String> {
     u32::from_str_radix(s, 8)
