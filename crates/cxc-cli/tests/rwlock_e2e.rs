@@ -316,3 +316,35 @@ fn a_killed_exclusive_keeper_s_command_is_ended_before_the_next_run() {
     assert_exclusive_alone(&log, &[(0, true), (1, true), (2, false)]);
     drop(holder);
 }
+
+/// An exclusive run whose keeper is stopped past the grace while another exclusive run
+/// waits is evicted: the waiting run terminates the recorded command group before it
+/// starts, and the stopped run, once resumed, exits 75.
+#[test]
+fn a_stopped_exclusive_keeper_is_evicted_and_its_run_exits_75() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l.rw"), d.path().join("log"));
+    let lock = p(&l);
+    let made = cxc(&["create", "rwlock", lock, "--grace", "300ms"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let s0 = script(&log, 0, "sleep 30");
+    let mut holder = Job::start(&run_args("-x", lock, &s0));
+    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+    std::thread::sleep(Duration::from_millis(200));
+    let keeper = holder.keeper();
+    rustix::process::kill_process(keeper, Signal::STOP).unwrap();
+    let s1 = script(&log, 1, "true");
+    let t0 = Instant::now();
+    let mut next = Job::start(&run_args("-x", lock, &s1));
+    assert_eq!(next.wait(Duration::from_secs(20)), Some(0));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(250),
+        "the stopped keeper was evicted before the grace: {:?}",
+        t0.elapsed()
+    );
+    rustix::process::kill_process(keeper, Signal::CONT).unwrap();
+    assert_eq!(holder.wait(Duration::from_secs(10)), Some(75));
+    assert_exclusive_alone(&log, &[(0, true), (1, true)]);
+}

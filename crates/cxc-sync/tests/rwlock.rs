@@ -301,3 +301,34 @@ fn odd_sized_and_full_payloads_round_trip() {
         assert_eq!(full.read().get(), [i; 64]);
     }
 }
+
+/// Timed waits shorter than the grace, back to back, add up to it: a writer without
+/// progress is evicted by a caller that waits in slices (as `cxc rwlock run` does to look
+/// at signals), not only by one long wait.
+#[test]
+fn short_timed_waits_in_a_row_evict_a_stalled_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("slices.rw");
+    let a = SharedRwLock::<u64>::create_with(&path, 0, &opts()).unwrap();
+    let b = SharedRwLock::<u64>::open(&path).unwrap();
+    let stalled = a.write();
+    let t0 = Instant::now();
+    let mut slices = 0;
+    let got = loop {
+        slices += 1;
+        if let Some(g) = b.write_timeout(Duration::from_millis(50)) {
+            break g;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "never evicted");
+    };
+    assert!(
+        slices > 2,
+        "evicted within {slices} slices of 50 ms (grace 150 ms)"
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(140));
+    drop(got);
+    assert!(matches!(
+        stalled.write(1),
+        Err(WriteGuardError::Lost { .. })
+    ));
+}

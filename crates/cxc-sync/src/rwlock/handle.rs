@@ -14,6 +14,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::{RwLockError, RwLockOptions};
 use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
+use super::ops::Seen;
 use super::raw::RawRwLock;
 use super::word::MAX_HOLDERS;
 use crate::semaphore::word::{
@@ -66,6 +67,8 @@ pub struct SharedRwLock<T> {
     holder: AtomicU64,
     /// Whether a sidecar observes this handle (its slow paths then record into the ring).
     pub(super) observed: cxc_sidecar::Observed,
+    /// What this handle's waiters last saw of a writer that makes no progress.
+    seen: Mutex<Option<Seen>>,
     _payload: PhantomData<fn() -> T>,
 }
 
@@ -260,6 +263,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
             grace,
             holder: AtomicU64::new(0),
             observed: cxc_sidecar::Observed::new(),
+            seen: Mutex::new(None),
             _payload: PhantomData,
         };
         lock.holder_slow()?;
@@ -268,6 +272,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
 }
 
 impl<T> SharedRwLock<T> {
+    /// What this handle's waiters last saw of the writer (slow paths only).
+    pub(super) fn seen(&self) -> std::sync::MutexGuard<'_, Option<Seen>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The protocol view of this file.
     #[inline]
     pub(super) fn raw(&self) -> RawRwLock<'_> {

@@ -19,17 +19,31 @@ const SPIN_LIMIT: u32 = 100;
 /// shows it is alive this often).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(20);
 
+/// What a handle's waiters last saw of the writer they wait behind: its claim and
+/// progress counter, since when they have not moved, and when a waiter last looked. Kept in
+/// the handle, so back-to-back timed waits (e.g. `write_timeout` in slices) add up to the
+/// grace like one long wait; a look more than [`SEEN_FRESH`] ago starts over.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seen {
+    id: u64,
+    beat: u64,
+    since: Instant,
+    last: Instant,
+}
+
+/// How recent the last look must be for a waiter to continue the observation.
+const SEEN_FRESH: Duration = Duration::from_millis(100);
+
 /// A blocked caller's view of the writer it waits behind: evicts it if its process is
-/// dead, or if neither its claim nor its progress counter moved for a grace period.
+/// dead, or if neither its claim nor its progress counter moved for a grace period while
+/// this handle's callers waited.
 pub(crate) struct Watch {
-    seen: Option<(u64, u64, Instant)>,
     next: Instant,
 }
 
 impl Watch {
     pub(crate) fn new() -> Self {
         Watch {
-            seen: None,
             next: Instant::now() + CHECK_EVERY,
         }
     }
@@ -43,7 +57,7 @@ impl Watch {
         let raw = lock.raw();
         let w = raw.word();
         let Some(writer) = w.writer() else {
-            self.seen = None;
+            *lock.seen() = None;
             return lock.reclaim_dead() > 0;
         };
         if lock.slot_dead(writer) {
@@ -61,18 +75,30 @@ impl Watch {
             .head()
             .beat
             .load(std::sync::atomic::Ordering::Relaxed);
-        match self.seen {
-            Some((id, b, since)) if id == w.id() && b == beat => {
-                if now.duration_since(since) >= lock.grace && raw.evict(w) {
+        let mut seen = lock.seen();
+        match *seen {
+            Some(s)
+                if s.id == w.id()
+                    && s.beat == beat
+                    && now.saturating_duration_since(s.last) <= SEEN_FRESH =>
+            {
+                if now.duration_since(s.since) >= lock.grace && raw.evict(w) {
+                    *seen = None;
+                    drop(seen);
                     raw.bump(ctr::EVICTED_STALE);
                     lock.note(OpCode::RwEvictStale, 0, w.token());
-                    self.seen = None;
                     return true;
                 }
+                *seen = Some(Seen { last: now, ..s });
                 false
             }
             _ => {
-                self.seen = Some((w.id(), beat, now));
+                *seen = Some(Seen {
+                    id: w.id(),
+                    beat,
+                    since: now,
+                    last: now,
+                });
                 false
             }
         }
