@@ -11,6 +11,7 @@ mod cpu;
 mod failover;
 mod handoff;
 mod locks;
+mod rwlock;
 mod semaphore;
 mod sidecar;
 mod throughput;
@@ -68,13 +69,14 @@ impl Config {
 }
 
 /// The scenario sections, in run order.
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "handoff",
     "throughput",
     "failover",
     "cpu",
     "semaphore",
     "sidecar",
+    "rwlock",
 ];
 
 /// Runs one section of the parent side.
@@ -86,6 +88,7 @@ pub fn run_section(name: &str, cfg: &Config) {
         "cpu" => cpu::run(cfg),
         "sidecar" => sidecar::run(cfg),
         "semaphore" => semaphore::run(cfg),
+        "rwlock" => rwlock::run(cfg),
         other => panic!("unknown section {other:?}; sections: {SECTIONS:?}"),
     }
 }
@@ -102,6 +105,7 @@ pub fn run_role(args: &[String]) {
         "cpu-waiter" => cpu::role(rest),
         "sidecar-b" => sidecar::role_b(rest),
         "sem-b" => semaphore::role_b(rest),
+        "rw-mix" => rwlock::role(rest),
         other => panic!("unknown role {other:?}"),
     }
 }

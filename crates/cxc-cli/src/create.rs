@@ -59,6 +59,8 @@ pub(crate) enum CreateKind {
         #[arg(long, value_parser = parse_hex)]
         value: Option<cxc_cli::CellBytes>,
     },
+    /// A SharedRwLock<u64> file, the same file `rwlock run` creates when one is missing.
+    Rwlock(crate::rwlock_run::CreateRwLock),
     /// A HeartbeatTable file.
     Heartbeat {
         /// The new file.
@@ -151,6 +153,7 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
             );
             Ok(())
         }
+        CreateKind::Rwlock(args) => crate::rwlock_run::create(args),
         CreateKind::Heartbeat {
             path,
             capacity,

@@ -10,6 +10,7 @@ mod demo;
 mod duration;
 mod elect;
 mod lease_run;
+mod rwlock_run;
 mod sem_run;
 mod supervise;
 
@@ -79,6 +80,12 @@ enum Command {
         #[command(subcommand)]
         what: SemCmd,
     },
+    /// Run a command holding a read lock (--shared) or the write lock (--exclusive) of a
+    /// SharedRwLock, as flock -s / -x.
+    Rwlock {
+        #[command(subcommand)]
+        what: RwLockCmd,
+    },
     /// Run a command while this candidate leads an election (stopped when the term is
     /// lost, started again when won); the command gets CXC_FENCING_TOKEN.
     Elect(elect::Elect),
@@ -94,6 +101,13 @@ enum Command {
 enum SemCmd {
     /// Take a permit of PATH (creating it with N permits if missing), run CMD, give it back.
     Run(sem_run::SemRun),
+}
+
+#[derive(Subcommand, Debug)]
+enum RwLockCmd {
+    /// Take a read or the write lock of PATH (creating it if missing), run CMD, unlock
+    /// once its process group is gone.
+    Run(rwlock_run::RwLockRun),
 }
 
 #[derive(Subcommand, Debug)]
@@ -152,6 +166,9 @@ fn run(cli: Cli) -> Result<u8, CliError> {
         Command::Sem {
             what: SemCmd::Run(args),
         } => sem_run::run(args),
+        Command::Rwlock {
+            what: RwLockCmd::Run(args),
+        } => rwlock_run::run(args),
         Command::Elect(args) => elect::run(args),
         Command::Demo(args) => demo::run(args),
         Command::DemoRole(r) => demo::run_role(r),

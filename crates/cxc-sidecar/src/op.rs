@@ -8,6 +8,7 @@
 //! | `0x01xx` | `OwnerLease` |
 //! | `0x02xx` | `HeartbeatTable` / `FailoverWatchdog` |
 //! | `0x03xx` | `SharedSemaphore` |
+//! | `0x05xx` | `SharedRwLock` |
 //!
 //! A reader built before a code was added sees it as [`OpCode::Unknown`] and keeps going.
 
@@ -65,6 +66,24 @@ pub enum OpCode {
     /// A release that would exceed `max_permits` was refused. `arg`: the permits offered.
     SemOverflowRejected,
 
+    /// A blocking read lock that missed its first try ended (got the lock, or gave up:
+    /// flag `WAIT_TIMED_OUT`). `arg`: the wait in nanoseconds; `flags`: `WAIT_*`.
+    RwReadWait,
+    /// A blocking write lock that missed its first try ended (behind a writer or
+    /// readers; got it, or gave up: flag `WAIT_TIMED_OUT`). `arg`: the wait in
+    /// nanoseconds; `flags`: `WAIT_*`.
+    RwWriteWait,
+    /// A writer whose process died was evicted. `arg`: its fencing token.
+    RwEvictDead,
+    /// A writer that made no progress for the grace while others waited was evicted.
+    /// `arg`: its fencing token.
+    RwEvictStale,
+    /// Holder slots of dead processes were reclaimed (their read holds dropped). `arg`:
+    /// the number of slots.
+    RwReclaim,
+    /// A write, beat or unlock of an evicted writer was refused. `arg`: its token.
+    RwStaleRejected,
+
     /// A code this build does not know (written by a newer build or a test).
     Unknown(u16),
 }
@@ -84,7 +103,7 @@ pub mod flags {
 }
 
 /// Every known op code, in code order.
-const KNOWN: [OpCode; 19] = [
+const KNOWN: [OpCode; 25] = [
     OpCode::StrategyChanged,
     OpCode::LeaseClaimVacant,
     OpCode::LeaseClaimPreempt,
@@ -104,6 +123,12 @@ const KNOWN: [OpCode; 19] = [
     OpCode::SemTimeout,
     OpCode::SemReclaim,
     OpCode::SemOverflowRejected,
+    OpCode::RwReadWait,
+    OpCode::RwWriteWait,
+    OpCode::RwEvictDead,
+    OpCode::RwEvictStale,
+    OpCode::RwReclaim,
+    OpCode::RwStaleRejected,
 ];
 
 impl OpCode {
@@ -132,6 +157,12 @@ impl OpCode {
             OpCode::SemTimeout => 0x0302,
             OpCode::SemReclaim => 0x0303,
             OpCode::SemOverflowRejected => 0x0304,
+            OpCode::RwReadWait => 0x0501,
+            OpCode::RwWriteWait => 0x0502,
+            OpCode::RwEvictDead => 0x0503,
+            OpCode::RwEvictStale => 0x0504,
+            OpCode::RwReclaim => 0x0505,
+            OpCode::RwStaleRejected => 0x0506,
             OpCode::Unknown(c) => c,
         }
     }
@@ -159,6 +190,12 @@ impl OpCode {
             0x0302 => OpCode::SemTimeout,
             0x0303 => OpCode::SemReclaim,
             0x0304 => OpCode::SemOverflowRejected,
+            0x0501 => OpCode::RwReadWait,
+            0x0502 => OpCode::RwWriteWait,
+            0x0503 => OpCode::RwEvictDead,
+            0x0504 => OpCode::RwEvictStale,
+            0x0505 => OpCode::RwReclaim,
+            0x0506 => OpCode::RwStaleRejected,
             c => OpCode::Unknown(c),
         }
     }
@@ -186,6 +223,12 @@ impl OpCode {
             OpCode::SemTimeout => "semaphore.timeout",
             OpCode::SemReclaim => "semaphore.reclaim",
             OpCode::SemOverflowRejected => "semaphore.overflow_rejected",
+            OpCode::RwReadWait => "rwlock.read_wait",
+            OpCode::RwWriteWait => "rwlock.write_wait",
+            OpCode::RwEvictDead => "rwlock.evict.dead",
+            OpCode::RwEvictStale => "rwlock.evict.stale",
+            OpCode::RwReclaim => "rwlock.reclaim",
+            OpCode::RwStaleRejected => "rwlock.stale_rejected",
             OpCode::Unknown(_) => "unknown",
         }
     }
@@ -197,6 +240,7 @@ impl OpCode {
             0x01 => Some(Kind::Lease),
             0x02 => Some(Kind::Heartbeat),
             0x03 => Some(Kind::Semaphore),
+            0x05 => Some(Kind::RwLock),
             _ => None,
         }
     }
@@ -206,7 +250,11 @@ impl OpCode {
     pub const fn is_wait(self) -> bool {
         matches!(
             self,
-            OpCode::LeaseBlockedWait | OpCode::SemContended | OpCode::SemTimeout
+            OpCode::LeaseBlockedWait
+                | OpCode::SemContended
+                | OpCode::SemTimeout
+                | OpCode::RwReadWait
+                | OpCode::RwWriteWait
         )
     }
 }
@@ -258,5 +306,7 @@ mod tests {
         assert_eq!(OpCode::SemReclaim.primitive(), Some(Kind::Semaphore));
         assert_eq!(OpCode::StrategyChanged.primitive(), None);
         assert!(OpCode::SemContended.is_wait() && !OpCode::SemReclaim.is_wait());
+        assert_eq!(OpCode::RwEvictDead.primitive(), Some(Kind::RwLock));
+        assert!(OpCode::RwWriteWait.is_wait() && !OpCode::RwReclaim.is_wait());
     }
 }

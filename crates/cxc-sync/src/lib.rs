@@ -23,7 +23,7 @@ mod asyncs;
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub use asyncs::{
     AcquireFuture, LeaseLost, LockFuture, MAX_WORDS as ASYNC_MAX_FILES, OwnedLockFuture,
-    TICK as ASYNC_TICK, async_waiters, block_on,
+    ReadFuture, TICK as ASYNC_TICK, WriteFuture, async_waiters, block_on,
 };
 pub mod backend;
 #[cfg(not(cxc_loom))]

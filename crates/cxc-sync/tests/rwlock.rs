@@ -207,3 +207,128 @@ fn evicted_writers_buffers_are_freed() {
     }
     assert_eq!(lock.read().get(), 7);
 }
+
+/// The sidecar wiring: a raw handle records nothing; a handle in a `SidecarBox` records
+/// its waits, the evictions it makes and its refused writes into the file's ring; a
+/// strategy published through one handle is seen by the other.
+#[test]
+fn sidecar_records_waits_evictions_and_refused_writes() {
+    use cxc_sidecar::{AdaptiveInstance, OpCode, Sidecar, SidecarBox, Strategy, flags};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.rw");
+    let raw = SharedRwLock::<u64>::create_with(&path, 0, &opts()).unwrap();
+    {
+        let _w = raw.write();
+        assert!(raw.read_timeout(Duration::from_millis(10)).is_none());
+    }
+    assert!(
+        raw.ring().snapshot().is_empty(),
+        "raw handles record nothing"
+    );
+
+    static SC: Sidecar = Sidecar::new();
+    let boxed = SidecarBox::new_in(&SC, SharedRwLock::<u64>::open(&path).unwrap(), None);
+    // A read that times out behind a writer.
+    let w = raw.write();
+    assert!(boxed.read_timeout(Duration::from_millis(20)).is_none());
+    // The writer makes no progress: the boxed writer evicts it after the grace.
+    let bw = boxed
+        .write_timeout(Duration::from_secs(5))
+        .expect("stale writer evicted");
+    drop(bw);
+    assert!(w.write(5).is_err());
+    drop(w);
+    // Now the boxed handle's writer is evicted (by the raw one) and its write refused.
+    let bw = boxed.write();
+    let rw = raw
+        .write_timeout(Duration::from_secs(5))
+        .expect("stale writer evicted");
+    drop(rw);
+    assert!(matches!(bw.write(1), Err(WriteGuardError::Lost { .. })));
+    drop(bw);
+
+    let seen: Vec<(OpCode, u16)> = boxed
+        .ring()
+        .snapshot()
+        .into_iter()
+        .map(|o| (o.op, o.flags))
+        .collect();
+    let ops: Vec<OpCode> = seen.iter().map(|s| s.0).collect();
+    assert_eq!(
+        ops,
+        vec![
+            OpCode::RwReadWait,
+            OpCode::RwEvictStale,
+            OpCode::RwWriteWait,
+            OpCode::RwStaleRejected,
+        ],
+        "{seen:?}"
+    );
+    assert!(seen[0].1 & flags::WAIT_TIMED_OUT != 0);
+    assert!(seen[2].1 & flags::WAIT_TIMED_OUT == 0);
+    let report = SC.poll();
+    assert_eq!(report.instances.len(), 1);
+    let counters = boxed.counters();
+    assert!(counters.contains(&("evicted_stale", 2)), "{counters:?}");
+
+    let generation = boxed.apply(Strategy::Park);
+    assert_eq!(raw.handshake().current(), (Strategy::Park, generation));
+    // With the strategy published, a blocked reader parks without spinning.
+    let w = raw.write();
+    assert!(boxed.read_timeout(Duration::from_millis(20)).is_none());
+    drop(w);
+    let last = boxed.ring().snapshot().pop().unwrap();
+    assert_eq!(last.op, OpCode::RwReadWait);
+    assert!(last.flags & flags::WAIT_PARKED != 0, "{last:?}");
+}
+
+/// Payloads that do not fill a buffer, or fill it exactly: readers and writers see the
+/// bytes last written, whatever the other buffers held before.
+#[test]
+fn odd_sized_and_full_payloads_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = SharedRwLock::<[u8; 13]>::create(dir.path().join("13.rw"), [1; 13]).unwrap();
+    let full = SharedRwLock::<[u8; 64]>::create(dir.path().join("64.rw"), [1; 64]).unwrap();
+    for i in 2..20u8 {
+        let mut v = [i; 13];
+        v[12] = i.wrapping_mul(7);
+        small.write().write(v).unwrap();
+        assert_eq!(small.read().get(), v);
+        let w = full.write();
+        assert_eq!(w.read().unwrap(), [i - 1; 64]);
+        w.update(|b| *b = [i; 64]).unwrap();
+        drop(w);
+        assert_eq!(full.read().get(), [i; 64]);
+    }
+}
+
+/// Timed waits shorter than the grace, back to back, add up to it: a writer without
+/// progress is evicted by a caller that waits in slices (as `cxc rwlock run` does to look
+/// at signals), not only by one long wait.
+#[test]
+fn short_timed_waits_in_a_row_evict_a_stalled_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("slices.rw");
+    let a = SharedRwLock::<u64>::create_with(&path, 0, &opts()).unwrap();
+    let b = SharedRwLock::<u64>::open(&path).unwrap();
+    let stalled = a.write();
+    let t0 = Instant::now();
+    let mut slices = 0;
+    let got = loop {
+        slices += 1;
+        if let Some(g) = b.write_timeout(Duration::from_millis(50)) {
+            break g;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "never evicted");
+    };
+    assert!(
+        slices > 2,
+        "evicted within {slices} slices of 50 ms (grace 150 ms)"
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(140));
+    drop(got);
+    assert!(matches!(
+        stalled.write(1),
+        Err(WriteGuardError::Lost { .. })
+    ));
+}

@@ -423,6 +423,37 @@ const SEQLOCK: [Crit; 12] = [
     ),
 ];
 
+// Issue #21: SharedRwLock vs a process-shared `pthread_rwlock_t` in a shared mapping.
+const SHARED_RWLOCK: [Crit; 3] = [
+    c(
+        "rwlock.read_lock_unlock",
+        "read lock + unlock",
+        "shared_rwlock/read_lock_unlock/cxc",
+        "shared_rwlock/read_lock_unlock/pthread",
+        None,
+        None,
+        Target::Max(1.0),
+    ),
+    c(
+        "rwlock.write_lock_unlock",
+        "write lock + unlock",
+        "shared_rwlock/write_lock_unlock/cxc",
+        "shared_rwlock/write_lock_unlock/pthread",
+        None,
+        None,
+        Target::Max(1.0),
+    ),
+    c(
+        "rwlock.read_get",
+        "read lock + copy 8 B + unlock",
+        "shared_rwlock/read_get/cxc",
+        "shared_rwlock/read_get/pthread",
+        None,
+        None,
+        Target::None,
+    ),
+];
+
 fn crit_table(
     md: &mut String,
     goals: &mut Vec<Goal>,
@@ -534,6 +565,7 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
     failover_table(&mut body, &mut goals, data);
     waiter_cpu_table(&mut body, &mut goals, data);
     sem_handoff_table(&mut body, data);
+    rw_mix_table(&mut body, &mut goals, data);
 
     body.push_str("### Sidecar: AdaptiveSpin vs fixed strategies\n\n");
     sidecar_table(&mut body, &mut goals, data);
@@ -614,6 +646,16 @@ fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     crit_table(md, goals, data, &ASYNC, "blocking", None);
     md.push_str("### SeqLock and SharedCell vs `std::sync::Mutex` (`docs/seqlock.md`)\n\n");
     crit_table(md, goals, data, &SEQLOCK, "std Mutex", None);
+    md.push_str(
+        "### SharedRwLock vs a process-shared `pthread_rwlock_t` (`docs/shared-rwlock.md`)\n\n",
+    );
+    md.push_str(
+        "Uncontended, one thread. The baseline is a `pthread_rwlock_t` initialised with \
+         `PTHREAD_PROCESS_SHARED` in a `MAP_SHARED` file mapping. `SharedRwLock` also tracks \
+         which process holds it (a dead reader or writer is reclaimed) and fences evicted \
+         writers; the pthread lock does neither.\n\n",
+    );
+    crit_table(md, goals, data, &SHARED_RWLOCK, "pthread rwlock", None);
 }
 
 /// The cross-process introduction and the handoff round trip.
@@ -707,6 +749,66 @@ fn throughput_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         }
     }
     md.push('\n');
+}
+
+/// Read-mostly mix of two processes: SharedRwLock vs a process-shared pthread rwlock.
+fn rw_mix_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    md.push_str("### SharedRwLock: read-mostly mix (2 processes, 95 % reads)\n\n");
+    if xrow(data, "rw_mix/rwlock").is_none() && xrow(data, "rw_mix/pthread_rwlock").is_none() {
+        md.push_str("_Not measured in this run._\n\n");
+        return;
+    }
+    let tput_time = if data.quick { "0.3 s" } else { "1 s" };
+    let _ = writeln!(
+        md,
+        "Two processes, each pinned to a CPU of its own, take a read lock and copy the value \
+         out 95 % of the time and the write lock (read the value, write it + 1) 5 % of the \
+         time, for {tput_time} per trial, trials interleaved; both draw the same read/write \
+         sequence for both locks. The \
+         baseline is a `pthread_rwlock_t` initialised `PTHREAD_PROCESS_SHARED` (glibc's \
+         default, reader-preferring kind) in a shared file mapping. The final value is \
+         checked against the number of writes.\n"
+    );
+    md.push_str(
+        "| implementation | median ops/s | p99 of trials | median / pthread rwlock | target | met? | trials |\n|---|---:|---:|---:|---:|---|---:|\n",
+    );
+    let b = xmed(data, "rw_mix/pthread_rwlock");
+    let mut q = None;
+    for (kind, label) in [
+        ("rwlock", "SharedRwLock"),
+        ("pthread_rwlock", "process-shared pthread rwlock"),
+    ] {
+        let id = format!("rw_mix/{kind}");
+        let r = xrow(data, &id);
+        let ratio_here = div(r.map(|r| r.median), b);
+        let (t, mm) = if kind == "rwlock" {
+            q = ratio_here;
+            (
+                Target::Min(1.0).show(""),
+                met(Target::Min(1.0).met(ratio_here)),
+            )
+        } else {
+            ("—".into(), "—")
+        };
+        let _ = writeln!(
+            md,
+            "| {label} | {} | {} | {} | {t} | {mm} | {} |",
+            r.map_or("—".into(), |r| format!("{:.0}", r.median)),
+            r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
+            ratio(ratio_here),
+            samples(data, &id)
+        );
+    }
+    md.push('\n');
+    goals.push(Goal {
+        key: "xproc.rw_mix".into(),
+        label: "rwlock read-mostly mix / pthread rwlock".into(),
+        value: q,
+        unit: "",
+        seed: None,
+        target: Target::Min(1.0),
+        ratio: true,
+    });
 }
 
 /// Failover latency after SIGKILL.
@@ -1125,5 +1227,47 @@ mod tests {
         );
         assert!(r.markdown.contains("Quick run"));
         assert!(r.svg.starts_with("<svg") && r.svg.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn renders_the_rwlock_rows_with_their_targets() {
+        let mut data = Data {
+            crit: BTreeMap::new(),
+            rows: BTreeMap::new(),
+            notes: BTreeMap::new(),
+            quick: false,
+        };
+        for (id, v) in [
+            ("shared_rwlock/read_lock_unlock/cxc", 12.0),
+            ("shared_rwlock/read_lock_unlock/pthread", 16.0),
+            ("shared_rwlock/write_lock_unlock/cxc", 30.0),
+            ("shared_rwlock/write_lock_unlock/pthread", 20.0),
+        ] {
+            data.crit.insert(id.into(), v);
+        }
+        for (id, median) in [("rw_mix/rwlock", 3.0e7), ("rw_mix/pthread_rwlock", 2.0e7)] {
+            data.rows.insert(
+                id.into(),
+                Row {
+                    median,
+                    p99: median,
+                    n: 5,
+                },
+            );
+        }
+        let m = Machine {
+            cpus: 2,
+            cpu_model: "test".into(),
+            kernel: "Linux".into(),
+            rustc: "rustc".into(),
+            date: "2026-01-01 00:00 UTC".into(),
+        };
+        let md = render(&data, &m).markdown;
+        assert!(md.contains("| read lock + unlock | 12.00 ns | 16.00 ns | 0.75 | — | ≤ 1 | met |"));
+        assert!(md.contains(
+            "| write lock + unlock | 30.00 ns | 20.00 ns | 1.50 | — | ≤ 1 | **missed** |"
+        ));
+        assert!(md.contains("| SharedRwLock | 30000000 | 30000000 | 1.50 | ≥ 1 | met | 5 |"));
+        assert!(md.contains("rwlock read-mostly mix / pthread rwlock"));
     }
 }

@@ -59,13 +59,14 @@ pub(crate) mod stat {
     pub(crate) const S_CHECKS: usize = 35;
     pub(crate) const S_CHECK_SKIPPED: usize = 36;
     pub(crate) const S_MAX_IN_USE: usize = 37;
-    /// Violations by primitive (invariant names start with L, H, S, C; others: crashes,
+    /// Violations by primitive (invariant names start with L, H, S, C, R; others: crashes,
     /// hangs).
     pub(crate) const V_LEASE: usize = 48;
     pub(crate) const V_HEARTBEAT: usize = 49;
     pub(crate) const V_SEMAPHORE: usize = 50;
     pub(crate) const V_OTHER: usize = 51;
     pub(crate) const V_CELL: usize = 53;
+    pub(crate) const V_RWLOCK: usize = 52;
     pub(crate) const COUNT: usize = 64;
 }
 
@@ -147,6 +148,7 @@ impl Ctx {
                 Some(b'H') => stat::V_HEARTBEAT,
                 Some(b'S') => stat::V_SEMAPHORE,
                 Some(b'C') => stat::V_CELL,
+                Some(b'R') => stat::V_RWLOCK,
                 _ => stat::V_OTHER,
             },
             1,

@@ -1,6 +1,6 @@
 //! `cargo xtask torture`: kill, pause and restart worker processes that hammer the lease,
-//! the heartbeat table (with a watchdog), the semaphore and the shared cell, and check the protocol
-//! invariants live and at the end (docs/RELIABILITY.md).
+//! the heartbeat table (with a watchdog), the semaphore, the shared cell and the rwlock, and
+//! check the protocol invariants live and at the end (docs/RELIABILITY.md).
 //!
 //! - `torture` (what users run): builds xtask in release and runs `torture-supervise`
 //!   with the same arguments (a debug build is too slow to produce contention).
@@ -12,6 +12,7 @@ mod control;
 mod heartbeat;
 mod lease;
 mod opts;
+mod rwlock;
 mod semaphore;
 mod shm;
 mod supervisor;
@@ -158,6 +159,7 @@ pub(crate) fn worker(args: &[String]) -> ExitCode {
         Role::Heartbeat => heartbeat::worker(&ctx, rng),
         Role::Semaphore => semaphore::worker(&ctx, rng, o.id),
         Role::Cell => cell::worker(&ctx, rng, o.id, o.inc),
+        Role::Rwlock => rwlock::worker(&ctx, rng, o.id),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,7 @@ usage: cargo xtask torture [--seconds N] [--procs N] [--seed S] [--primitive P] 
   --seconds N     chaos phase length (default 60)
   --procs N       worker processes per primitive (default 4)
   --seed S        seed of every random choice (decimal or 0x-hex; default: from the clock, printed)
-  --primitive P   lease | heartbeat | semaphore | cell | all (default all; may be repeated)
+  --primitive P   lease | heartbeat | semaphore | cell | rwlock | all (default all; may be repeated)
   --dir D         working directory for the shared files (default: a fresh temp directory)
   --keep          keep the working directory even when the run passes
   --ident-churn   after a lease holder is killed inside a write, stop the other lease
@@ -23,10 +23,17 @@ pub(crate) enum Role {
     Heartbeat,
     Semaphore,
     Cell,
+    Rwlock,
 }
 
 impl Role {
-    pub(crate) const ALL: [Role; 4] = [Role::Lease, Role::Heartbeat, Role::Semaphore, Role::Cell];
+    pub(crate) const ALL: [Role; 5] = [
+        Role::Lease,
+        Role::Heartbeat,
+        Role::Semaphore,
+        Role::Cell,
+        Role::Rwlock,
+    ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -34,6 +41,7 @@ impl Role {
             Role::Heartbeat => "heartbeat",
             Role::Semaphore => "semaphore",
             Role::Cell => "cell",
+            Role::Rwlock => "rwlock",
         }
     }
 

@@ -12,7 +12,7 @@ use rustix::process::{Pid, Signal, kill_process};
 
 use super::control::{self, Ctx, stat};
 use super::opts::{LeaseMode, Options, Role, WorkerOptions};
-use super::{cell, heartbeat, lease, semaphore};
+use super::{cell, heartbeat, lease, rwlock, semaphore};
 use cxc_testkit::Rng;
 
 /// Chaos actions come every 20 ms to `2 * CHAOS_MEAN_MS` (uniform; mean about 160 ms).
@@ -196,9 +196,14 @@ impl Supervisor {
         Ok(())
     }
 
-    /// One chaos action on a random running worker (for the lease, half of the time the
-    /// current holder).
-    fn chaos(&mut self, now: Instant, lease: Option<&lease::Monitor>) {
+    /// One chaos action on a random running worker (for the lease and the rwlock, half of
+    /// the time a current holder).
+    fn chaos(
+        &mut self,
+        now: Instant,
+        lease: Option<&lease::Monitor>,
+        rw: Option<&rwlock::Monitor>,
+    ) {
         let running: Vec<usize> = (0..self.procs.len())
             .filter(|&i| self.procs[i].state == State::Running && self.procs[i].child.is_some())
             .collect();
@@ -221,6 +226,20 @@ impl Supervisor {
                         victim = h;
                         holder = true;
                         in_write = w;
+                    }
+                }
+            }
+        }
+        if let Some(m) = rw.filter(|_| self.procs[victim].role == Role::Rwlock) {
+            if self.rng.percent(50) {
+                let writing = self.rng.percent(50);
+                if let Some(pid) = m.holder(writing) {
+                    if let Some(&h) = running.iter().find(|&&i| {
+                        self.procs[i].role == Role::Rwlock && self.procs[i].pid() == Some(pid)
+                    }) {
+                        victim = h;
+                        holder = true;
+                        in_write = writing;
                     }
                 }
             }
@@ -293,11 +312,11 @@ impl Supervisor {
             .count()
     }
 
-    fn progress_line(&self, elapsed: Duration) -> String {
+    fn progress_line(&self, elapsed: Duration, rw_ops: u64) -> String {
         let kills: u64 = self.chaos.values().map(|c| c.kills).sum();
         let pauses: u64 = self.chaos.values().map(|c| c.pauses).sum();
         format!(
-            "torture: {:>4}s  ops lease={} heartbeat={} semaphore={} cell={}  kills={kills} pauses={pauses}  violations={}",
+            "torture: {:>4}s  ops lease={} heartbeat={} semaphore={} cell={} rwlock={rw_ops}  kills={kills} pauses={pauses}  violations={}",
             elapsed.as_secs(),
             self.ctx.stat(stat::L_OPS),
             self.ctx.stat(stat::H_OPS),
@@ -429,6 +448,9 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     if has(Role::Cell) {
         cell::setup(&dir)?;
     }
+    if has(Role::Rwlock) {
+        rwlock::setup(&dir, opts.procs)?;
+    }
     let mut lease_mon = if has(Role::Lease) {
         Some(lease::Monitor::open(&dir)?)
     } else {
@@ -446,6 +468,11 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     };
     let mut cell_mon = if has(Role::Cell) {
         Some(cell::Monitor::open(&dir)?)
+    } else {
+        None
+    };
+    let mut rw_mon = if has(Role::Rwlock) {
+        Some(rwlock::Monitor::open(&dir)?)
     } else {
         None
     };
@@ -493,7 +520,7 @@ fn run(opts: Options) -> Result<ExitCode, String> {
             return Err(e);
         }
         if now >= next_chaos {
-            sup.chaos(now, lease_mon.as_ref());
+            sup.chaos(now, lease_mon.as_ref(), rw_mon.as_ref());
             next_chaos = now + Duration::from_millis(sup.rng.range(20, 2 * CHAOS_MEAN_MS));
         }
         if let Some(w) = watch.as_mut() {
@@ -511,10 +538,15 @@ fn run(opts: Options) -> Result<ExitCode, String> {
             if let Some(m) = cell_mon.as_mut() {
                 m.check(&sup.ctx);
             }
+            if let Some(m) = rw_mon.as_mut() {
+                let live = sup.live_workers(Role::Rwlock);
+                m.check(&sup.ctx, live);
+            }
         }
         if now >= next_report {
             next_report = now + Duration::from_secs(10);
-            eprintln!("{}", sup.progress_line(now - start));
+            let rw_ops = rw_mon.as_ref().map_or(0, rwlock::Monitor::ops);
+            eprintln!("{}", sup.progress_line(now - start, rw_ops));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -543,7 +575,17 @@ fn run(opts: Options) -> Result<ExitCode, String> {
         Some(m) => Some(m.final_check(&sup.ctx)?),
         None => None,
     };
-    let mut summary = summary(&sup, start.elapsed(), lease_report, hb_report, sem_report);
+    let rw_report = match rw_mon.as_mut() {
+        Some(m) => Some((m.final_check(&sup.ctx, sup.opts.procs)?, m.figures())),
+        None => None,
+    };
+    let reports = Reports {
+        lease: lease_report,
+        hb: hb_report,
+        sem: sem_report,
+        rw: rw_report,
+    };
+    let mut summary = summary(&sup, start.elapsed(), reports);
     if let Some(r) = &cell_report {
         summary = cell_summary(&sup.ctx, summary, r);
     }
@@ -569,14 +611,17 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn summary(
-    sup: &Supervisor,
-    elapsed: Duration,
+/// The end-of-run reports of the primitives that ran.
+struct Reports {
     lease: Option<lease::Report>,
     hb: Option<heartbeat::Report>,
     sem: Option<semaphore::Report>,
-) -> String {
+    rw: Option<(rwlock::Report, rwlock::Figures)>,
+}
+
+fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
     use std::fmt::Write;
+    let Reports { lease, hb, sem, rw } = reports;
     let ctx = &sup.ctx;
     let mut s = String::new();
     let _ = writeln!(
@@ -598,6 +643,7 @@ fn summary(
             Role::Heartbeat => stat::V_HEARTBEAT,
             Role::Semaphore => stat::V_SEMAPHORE,
             Role::Cell => stat::V_CELL,
+            Role::Rwlock => stat::V_RWLOCK,
         })
     };
     let mut total = Chaos::default();
@@ -621,6 +667,14 @@ fn summary(
                 Some(sem.as_ref().map_or(0, |r| r.reclaimed_permits)),
             ),
             Role::Cell => (ctx.stat(stat::C_OPS), ctx.stat(stat::C_TAKEOVERS), None),
+            Role::Rwlock => rw.as_ref().map_or((0, 0, Some(0)), |(r, _)| {
+                (
+                    r.reads + r.writes,
+                    counter_of(&r.counters, "evicted_dead")
+                        + counter_of(&r.counters, "evicted_stale"),
+                    Some(counter_of(&r.counters, "reclaimed")),
+                )
+            }),
         };
         total_ops += ops;
         total.kills += c.kills;
@@ -748,6 +802,35 @@ fn summary(
             r.overflow_rejected,
             r.over_held,
         );
+    }
+    if let Some((r, f)) = &rw {
+        let c = sup.chaos.get(&Role::Rwlock).copied().unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "rwlock: {} read and {} write sections logged and checked ({} fenced writer sections, {} partial log lines); \
+             {} writes accepted, {} refused as fenced, {} unlocks refused, {} no-buffer; {} long holds (beating), {} beats refused; \
+             {} try_* refused; max wait read {} ms, write {} ms; holder kills {} ({} of a writer) / pauses {} ({} of a writer); \
+             final reclaim_dead {}",
+            r.reads,
+            r.writes,
+            r.fenced_sections,
+            r.partial_lines,
+            f.accepted,
+            f.refused,
+            f.unlock_refused,
+            f.no_buffer,
+            f.long_holds,
+            f.beats_refused,
+            f.try_fail,
+            f.max_read_wait_us / 1000,
+            f.max_write_wait_us / 1000,
+            c.holder_kills,
+            c.write_kills,
+            c.holder_pauses,
+            c.write_pauses,
+            r.final_reclaimed,
+        );
+        let _ = writeln!(s, "  rwlock counters: {}", fmt_counters(&r.counters));
     }
     let crashes: u64 = sup.chaos.values().map(|c| c.crashes).sum();
     let _ = write!(

@@ -1,5 +1,6 @@
-//! Async waiting (cargo feature `async`): futures for the lease and the semaphore that
-//! share one reactor thread per process (see `reactor.rs` and `docs/async.md`).
+//! Async waiting (cargo feature `async`): futures for the lease, the semaphore and the
+//! rwlock that share one reactor thread per process (see `reactor.rs` and
+//! `docs/async.md`).
 //!
 //! The futures are runtime-agnostic (`std::future::Future` and `Waker` only), `Send` when
 //! the payload is, and cancellation-safe: dropping one at any point leaves no claim, no
@@ -7,10 +8,12 @@
 
 mod lease;
 pub(crate) mod reactor;
+mod rwlock;
 mod semaphore;
 
 pub use lease::{LeaseLost, LockFuture, OwnedLockFuture};
 pub use reactor::{MAX_WORDS, TICK};
+pub use rwlock::{ReadFuture, WriteFuture};
 pub use semaphore::AcquireFuture;
 
 /// Async waiters registered with this process's reactor right now (diagnostics: after

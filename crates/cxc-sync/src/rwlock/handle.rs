@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
+use cxc_sidecar::{Instrumented, Instruments, OpCode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::{RwLockError, RwLockOptions};
 use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
+use super::ops::Seen;
 use super::raw::RawRwLock;
 use super::word::MAX_HOLDERS;
 use crate::semaphore::word::{
@@ -20,7 +22,10 @@ use crate::semaphore::word::{
 };
 
 /// Format version in `params[1]`.
-const PROTOCOL: u64 = 1;
+///
+/// 2: the head block holds the sidecar's handshake and observation ring (3456 bytes; 768
+/// in version 1).
+const PROTOCOL: u64 = 2;
 
 /// Serialises registration within this process, so two handles of one file never claim
 /// two slots for the same process.
@@ -60,6 +65,10 @@ pub struct SharedRwLock<T> {
     /// `(pid << 32) | (slot + 1)`; 0 = not yet looked up. Keyed by pid so a forked child
     /// looks its own slot up.
     holder: AtomicU64,
+    /// Whether a sidecar observes this handle (its slow paths then record into the ring).
+    pub(super) observed: cxc_sidecar::Observed,
+    /// What this handle's waiters last saw of a writer that makes no progress.
+    seen: Mutex<Option<Seen>>,
     _payload: PhantomData<fn() -> T>,
 }
 
@@ -144,6 +153,11 @@ fn create_options(opts: &RwLockOptions) -> CreateOptions {
         mode: opts.mode,
         init_timeout: opts.init_timeout,
     }
+}
+
+/// The payload words a `T` uses.
+pub(super) const fn words_of<T>() -> usize {
+    size_of::<T>().div_ceil(8)
 }
 
 /// `value` as payload words (the rest zero).
@@ -248,6 +262,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
             map,
             grace,
             holder: AtomicU64::new(0),
+            observed: cxc_sidecar::Observed::new(),
+            seen: Mutex::new(None),
             _payload: PhantomData,
         };
         lock.holder_slow()?;
@@ -256,6 +272,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
 }
 
 impl<T> SharedRwLock<T> {
+    /// What this handle's waiters last saw of the writer (slow paths only).
+    pub(super) fn seen(&self) -> std::sync::MutexGuard<'_, Option<Seen>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The protocol view of this file.
     #[inline]
     pub(super) fn raw(&self) -> RawRwLock<'_> {
@@ -362,7 +383,9 @@ impl<T> SharedRwLock<T> {
             {
                 continue;
             }
-            raw.drop_dead_slot(d);
+            if let Some(token) = raw.drop_dead_slot(d) {
+                self.note(OpCode::RwEvictDead, 0, token);
+            }
             // SYNC: owner (Release; pairs with the AcqRel claim in `holder_slow`).
             let _ = slot
                 .owner
@@ -371,6 +394,9 @@ impl<T> SharedRwLock<T> {
             n += 1;
         }
         raw.reap_quarantine(|s| self.slot_dead(s));
+        if n > 0 {
+            self.note(OpCode::RwReclaim, 0, u64::from(n));
+        }
         n
     }
 
@@ -431,6 +457,27 @@ pub(super) fn is_dead(pid: u32, tag: u32) -> bool {
 fn pid_namespace() -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+impl<T> Instrumented for SharedRwLock<T> {
+    fn kind(&self) -> Kind {
+        Kind::RwLock
+    }
+
+    fn name(&self) -> String {
+        self.map.path().display().to_string()
+    }
+
+    fn instruments(&self) -> Instruments<'_> {
+        let head = self.map.head();
+        Instruments {
+            observed: &self.observed,
+            counters: &head.counters,
+            counter_names: &ctr::NAMES,
+            handshake: &head.handshake,
+            ring: &head.ring,
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for SharedRwLock<T> {

@@ -1,4 +1,4 @@
-//! The on-file structs: the 768-byte head block and the 64-byte holder slots.
+//! The on-file structs: the 3456-byte head block and the 64-byte holder slots.
 //!
 //! Offsets are relative to the start of the block (the head starts at byte 128 of the
 //! file, after the cxc header; slot `i` at `128 + 768 + 64 * i`). The normative table is
@@ -17,6 +17,8 @@
 //! | 64     | `qtag`     | `[u64; 8]`     | quarantine records (`word::quarantine_tag`)  |
 //! | 128    | `counters` | `[u64; 16]`    | cumulative event counters (`ctr::*`)         |
 //! | 256    | `bufs`     | `[[u64; 8]; 8]`| payload buffers, 64 bytes each               |
+//! | 768    | `handshake`| `HandshakeHeader` | the shared strategy (`docs/sidecar.md`)   |
+//! | 832    | `ring`     | `ObservationRing` | recent observations (2624 bytes)          |
 //!
 //! Slot: `owner: u64` at 0 (the semaphore's owner word: pid and identity tag),
 //! `readers: u64` at 8 (read holds of that process), 48 reserved bytes, so each
@@ -55,6 +57,10 @@ pub(crate) struct RwHead {
     pub(crate) counters: [AtomicU64; 16],
     /// Payload buffers.
     pub(crate) bufs: [[AtomicU64; PAYLOAD_WORDS]; 8],
+    /// The shared strategy of blocked callers (spin budget), set by a sidecar policy.
+    pub(crate) handshake: cxc_sidecar::HandshakeHeader,
+    /// Recent transitions and slow paths, recorded while a sidecar observes a handle.
+    pub(crate) ring: cxc_sidecar::ObservationRing,
 }
 
 /// One entry of the holder table.
@@ -69,7 +75,7 @@ pub(crate) struct RwSlot {
 }
 
 /// Size of [`RwHead`] in the file.
-pub(crate) const HEAD_SIZE: u32 = 768;
+pub(crate) const HEAD_SIZE: u32 = 3456;
 /// Size of one [`RwSlot`] in the file.
 pub(crate) const SLOT_SIZE: u32 = 64;
 
@@ -84,6 +90,8 @@ const _: () = {
     assert!(std::mem::offset_of!(RwHead, qtag) == 64);
     assert!(std::mem::offset_of!(RwHead, counters) == 128);
     assert!(std::mem::offset_of!(RwHead, bufs) == 256);
+    assert!(std::mem::offset_of!(RwHead, handshake) == 768);
+    assert!(std::mem::offset_of!(RwHead, ring) == 832);
     assert!(std::mem::offset_of!(RwSlot, readers) == 8);
 };
 
@@ -147,6 +155,8 @@ impl RwHead {
             qtag: std::array::from_fn(|_| AtomicU64::new(0)),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
             bufs: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            handshake: cxc_sidecar::HandshakeHeader::new(),
+            ring: cxc_sidecar::ObservationRing::new(),
         }
     }
 }

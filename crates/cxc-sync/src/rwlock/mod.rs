@@ -23,6 +23,8 @@ mod layout;
 mod raw;
 mod word;
 
+#[cfg(all(feature = "async", not(cxc_loom)))]
+mod async_hooks;
 #[cfg(not(cxc_loom))]
 mod error;
 #[cfg(not(cxc_loom))]
@@ -33,6 +35,8 @@ mod ops;
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 
+#[cfg(all(feature = "async", not(cxc_loom)))]
+pub(crate) use async_hooks::{Claim, Drained};
 #[cfg(not(cxc_loom))]
 pub use error::{RwLockError, RwLockOptions, WriteGuardError};
 #[cfg(not(cxc_loom))]

@@ -3,10 +3,11 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use cxc_sidecar::{Instrumented, OpCode, flags};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::WriteGuardError;
-use super::handle::{SharedRwLock, from_words, to_words};
+use super::handle::{SharedRwLock, from_words, to_words, words_of};
 use super::layout::ctr;
 use super::raw::WriteRefused;
 use super::word::Word;
@@ -18,23 +19,37 @@ const SPIN_LIMIT: u32 = 100;
 /// shows it is alive this often).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(20);
 
+/// What a handle's waiters last saw of the writer they wait behind: its claim and
+/// progress counter, since when they have not moved, and when a waiter last looked. Kept in
+/// the handle, so back-to-back timed waits (e.g. `write_timeout` in slices) add up to the
+/// grace like one long wait; a look more than [`SEEN_FRESH`] ago starts over.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seen {
+    id: u64,
+    beat: u64,
+    since: Instant,
+    last: Instant,
+}
+
+/// How recent the last look must be for a waiter to continue the observation.
+const SEEN_FRESH: Duration = Duration::from_millis(100);
+
 /// A blocked caller's view of the writer it waits behind: evicts it if its process is
-/// dead, or if neither its claim nor its progress counter moved for a grace period.
-struct Watch {
-    seen: Option<(u64, u64, Instant)>,
+/// dead, or if neither its claim nor its progress counter moved for a grace period while
+/// this handle's callers waited.
+pub(crate) struct Watch {
     next: Instant,
 }
 
 impl Watch {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Watch {
-            seen: None,
             next: Instant::now() + CHECK_EVERY,
         }
     }
 
     /// Runs the periodic checks if due; `true` if something was freed (retry at once).
-    fn check<T>(&mut self, lock: &SharedRwLock<T>, now: Instant) -> bool {
+    pub(crate) fn check<T>(&mut self, lock: &SharedRwLock<T>, now: Instant) -> bool {
         if now < self.next {
             return false;
         }
@@ -42,13 +57,15 @@ impl Watch {
         let raw = lock.raw();
         let w = raw.word();
         let Some(writer) = w.writer() else {
-            self.seen = None;
+            *lock.seen() = None;
             return lock.reclaim_dead() > 0;
         };
         if lock.slot_dead(writer) {
             let freed = lock.reclaim_dead() > 0;
-            if raw.evict(raw.word()) {
+            let now_w = raw.word();
+            if raw.evict(now_w) {
                 raw.bump(ctr::EVICTED_DEAD);
+                lock.note(OpCode::RwEvictDead, 0, now_w.token());
                 return true;
             }
             return freed;
@@ -58,17 +75,30 @@ impl Watch {
             .head()
             .beat
             .load(std::sync::atomic::Ordering::Relaxed);
-        match self.seen {
-            Some((id, b, since)) if id == w.id() && b == beat => {
-                if now.duration_since(since) >= lock.grace && raw.evict(w) {
+        let mut seen = lock.seen();
+        match *seen {
+            Some(s)
+                if s.id == w.id()
+                    && s.beat == beat
+                    && now.saturating_duration_since(s.last) <= SEEN_FRESH =>
+            {
+                if now.duration_since(s.since) >= lock.grace && raw.evict(w) {
+                    *seen = None;
+                    drop(seen);
                     raw.bump(ctr::EVICTED_STALE);
-                    self.seen = None;
+                    lock.note(OpCode::RwEvictStale, 0, w.token());
                     return true;
                 }
+                *seen = Some(Seen { last: now, ..s });
                 false
             }
             _ => {
-                self.seen = Some((w.id(), beat, now));
+                *seen = Some(Seen {
+                    id: w.id(),
+                    beat,
+                    since: now,
+                    last: now,
+                });
                 false
             }
         }
@@ -83,7 +113,66 @@ impl Watch {
     }
 }
 
+/// How long a blocked caller spins before its first sleep: the shared strategy's budget
+/// (a time, set by a sidecar policy), or [`SPIN_LIMIT`] iterations.
+struct Spin {
+    budget: Option<Duration>,
+    started: Instant,
+    spins: u32,
+}
+
+impl Spin {
+    fn new<T>(lock: &SharedRwLock<T>, started: Instant) -> Self {
+        Spin {
+            budget: lock.map.head().handshake.spin_budget(),
+            started,
+            spins: 0,
+        }
+    }
+
+    /// `true` while the caller should spin (one `spin_loop` hint done).
+    fn again(&mut self) -> bool {
+        let more = match self.budget {
+            None => self.spins < SPIN_LIMIT,
+            Some(b) => self.spins % 16 != 0 || self.started.elapsed() < b,
+        };
+        if more {
+            self.spins += 1;
+            std::hint::spin_loop();
+        }
+        more
+    }
+}
+
+/// The `flags` of a wait observation.
+fn wait_flags(parked: bool, timed_out: bool) -> u16 {
+    let mut f = if parked {
+        flags::WAIT_PARKED
+    } else {
+        flags::WAIT_SPUN
+    };
+    if timed_out {
+        f |= flags::WAIT_TIMED_OUT;
+    }
+    f
+}
+
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
+    /// Records a wait (read or write) that missed its first try.
+    #[inline]
+    fn note_wait(&self, write: bool, started: Instant, parked: bool, timed_out: bool) {
+        let op = if write {
+            OpCode::RwWriteWait
+        } else {
+            OpCode::RwReadWait
+        };
+        self.note(
+            op,
+            wait_flags(parked, timed_out),
+            started.elapsed().as_nanos() as u64,
+        );
+    }
+
     /// Takes a read lock if no writer holds or waits.
     #[inline(always)]
     pub fn try_read(&self) -> Option<ReadGuard<'_, T>> {
@@ -118,20 +207,27 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     fn read_slow(&self, deadline: Option<Instant>) -> Option<ReadGuard<'_, T>> {
         let raw = self.raw();
         raw.bump(ctr::READ_CONTENDED);
+        let started = Instant::now();
         let mut watch = Watch::new();
-        let mut spins = 0;
+        let mut spin = Spin::new(self, started);
+        let mut parked = false;
         loop {
-            if let Some(g) = self.try_read() {
+            // Look (a plain load) before trying: a failed attempt bumps this process's
+            // read count and takes it back, which a draining writer sees as a reader
+            // still inside (and may wake it from its sleep for nothing).
+            if raw.word().writer().is_none()
+                && let Some(g) = self.try_read()
+            {
+                self.note_wait(false, started, parked, false);
                 return Some(g);
             }
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 raw.bump(ctr::TIMEOUTS);
+                self.note_wait(false, started, parked, true);
                 return None;
             }
             if watch.check(self, now) {
@@ -141,6 +237,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 continue;
             };
             raw.bump(ctr::SLEEPS);
+            parked = true;
             crate::park::sleep(
                 &self.map.head().rwake,
                 seen,
@@ -153,11 +250,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// Takes the write lock if no writer holds and no reader holds.
     #[inline(always)]
     pub fn try_write(&self) -> Option<WriteGuard<'_, T>> {
-        let slot = self.holder()?;
+        let (slot, pid) = self.holder_and_pid()?;
         let raw = self.raw();
         let claim = raw.try_claim(slot)?;
         if raw.reader_left().is_none() {
-            return Some(self.write_guard(claim));
+            return Some(self.guard_of(claim, pid));
         }
         raw.write_unlock(claim);
         None
@@ -175,44 +272,62 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// As [`write`](Self::write), giving up after `timeout`.
     #[inline]
     pub fn write_timeout(&self, timeout: Duration) -> Option<WriteGuard<'_, T>> {
-        if let Some(slot) = self.holder() {
+        if let Some((slot, pid)) = self.holder_and_pid() {
             let raw = self.raw();
             if let Some(claim) = raw.try_claim(slot) {
                 if raw.reader_left().is_none() {
-                    return Some(self.write_guard(claim));
+                    return Some(self.guard_of(claim, pid));
                 }
-                return self.drain(claim, Instant::now().checked_add(timeout));
+                let now = Instant::now();
+                return self.drain(claim, now.checked_add(timeout), now, false);
             }
         }
         self.write_slow(Instant::now().checked_add(timeout))
     }
 
-    fn write_guard(&self, claim: Word) -> WriteGuard<'_, T> {
+    pub(super) fn write_guard(&self, claim: Word) -> WriteGuard<'_, T> {
+        self.guard_of(claim, current_pid())
+    }
+
+    /// The guard of `claim`, taken by process `pid` (one pid lookup per write lock on the
+    /// fast path, shared with the holder-slot lookup).
+    #[inline(always)]
+    fn guard_of(&self, claim: Word, pid: u32) -> WriteGuard<'_, T> {
         WriteGuard {
             lock: self,
             claim: Cell::new(claim),
-            pid: current_pid(),
+            pid,
         }
     }
 
     #[cold]
     fn write_slow(&self, deadline: Option<Instant>) -> Option<WriteGuard<'_, T>> {
+        self.write_wait(deadline, Instant::now(), false)
+    }
+
+    /// Waits for the writer to leave, claims, then drains. `started`/`parked`: the wait
+    /// so far (a writer evicted while draining comes back here).
+    fn write_wait(
+        &self,
+        deadline: Option<Instant>,
+        started: Instant,
+        mut parked: bool,
+    ) -> Option<WriteGuard<'_, T>> {
         let raw = self.raw();
         raw.bump(ctr::WRITE_CONTENDED);
         let mut watch = Watch::new();
-        let mut spins = 0;
+        let mut spin = Spin::new(self, started);
         loop {
             if let Some(claim) = self.holder().and_then(|s| raw.try_claim(s)) {
-                return self.drain(claim, deadline);
+                return self.drain(claim, deadline, started, parked);
             }
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 raw.bump(ctr::TIMEOUTS);
+                self.note_wait(true, started, parked, true);
                 return None;
             }
             if watch.check(self, now) {
@@ -222,6 +337,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 continue;
             };
             raw.bump(ctr::SLEEPS);
+            parked = true;
             crate::park::sleep(
                 &self.map.head().wwake,
                 seen,
@@ -235,33 +351,39 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// leave, reclaiming dead ones and beating so waiters do not take this writer for a
     /// stalled one. Gives the claim up at the deadline.
     #[cold]
-    fn drain(&self, claim: Word, deadline: Option<Instant>) -> Option<WriteGuard<'_, T>> {
+    fn drain(
+        &self,
+        claim: Word,
+        deadline: Option<Instant>,
+        started: Instant,
+        mut parked: bool,
+    ) -> Option<WriteGuard<'_, T>> {
         let raw = self.raw();
         let head = self.map.head();
         let mut next = Instant::now() + CHECK_EVERY;
-        let mut spins = 0;
+        let mut spin = Spin::new(self, Instant::now());
         loop {
             let Some(i) = raw.reader_left() else {
                 if raw.is_current(claim) {
+                    self.note_wait(true, started, parked, false);
                     return Some(self.write_guard(claim));
                 }
                 // Evicted while draining (e.g. stopped for longer than the grace).
                 raw.free_own_quarantine(claim);
-                return self.write_slow(deadline);
+                return self.write_wait(deadline, started, parked);
             };
-            if spins < SPIN_LIMIT {
-                spins += 1;
-                std::hint::spin_loop();
+            if spin.again() {
                 continue;
             }
             let now = Instant::now();
             if !raw.is_current(claim) {
                 raw.free_own_quarantine(claim);
-                return self.write_slow(deadline);
+                return self.write_wait(deadline, started, parked);
             }
             if deadline.is_some_and(|d| now >= d) {
                 raw.bump(ctr::TIMEOUTS);
                 raw.write_unlock(claim);
+                self.note_wait(true, started, parked, true);
                 return None;
             }
             if now >= next {
@@ -275,6 +397,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 continue;
             };
             raw.bump(ctr::SLEEPS);
+            parked = true;
             let mut d = next.saturating_duration_since(now);
             if let Some(dl) = deadline {
                 d = d.min(dl.saturating_duration_since(now));
@@ -296,7 +419,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> ReadGuard<'_, T> {
     /// The payload (no writer can change it while this guard lives).
     pub fn get(&self) -> T {
         let raw = self.lock.raw();
-        let words = raw.copy_published(raw.word());
+        let words = raw.copy_published_n(raw.word(), words_of::<T>());
         // `check_payload` ensured `T` fits; zerocopy reads any bit pattern.
         from_words(&words).unwrap_or_else(|| T::new_zeroed())
     }
@@ -334,10 +457,11 @@ pub struct WriteGuard<'a, T> {
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
+    /// The error of an operation refused because the claim was evicted (recorded).
     fn lost(&self) -> WriteGuardError {
-        WriteGuardError::Lost {
-            token: self.claim.get().token(),
-        }
+        let token = self.claim.get().token();
+        self.lock.note(OpCode::RwStaleRejected, 0, token);
+        WriteGuardError::Lost { token }
     }
 
     /// The payload.
@@ -348,7 +472,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
         let words = self
             .lock
             .raw()
-            .read_as_writer(self.claim.get())
+            .read_as_writer(self.claim.get(), words_of::<T>())
             .ok_or_else(|| self.lost())?;
         Ok(from_words(&words).unwrap_or_else(|| T::new_zeroed()))
     }
@@ -384,7 +508,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
             raw.free_own_quarantine(claim);
             return Err(self.lost());
         }
-        raw.fill(claim, &to_words(&value));
+        raw.fill_n(claim, &to_words(&value), words_of::<T>());
         let next = raw.publish(claim).map_err(|_| self.lost())?;
         self.claim.set(next);
         Ok(())
@@ -433,9 +557,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
     /// [`WriteGuardError::Lost`] if the lock had been evicted.
     pub fn unlock(self) -> Result<(), WriteGuardError> {
         let ok = self.lock.raw().write_unlock(self.claim.get());
-        let err = self.lost();
+        let r = if ok { Ok(()) } else { Err(self.lost()) };
         std::mem::forget(self);
-        if ok { Ok(()) } else { Err(err) }
+        r
     }
 }
 

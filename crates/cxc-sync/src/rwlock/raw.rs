@@ -186,11 +186,19 @@ impl RawRwLock<'_> {
         self.word().id() == claim.id()
     }
 
-    /// Copies the published buffer (a writer's own read, or a reader's).
+    /// Copies the whole published buffer (the loom models' payloads use every word).
+    #[cfg(cxc_loom)]
     pub(crate) fn copy_published(&self, w: Word) -> [u64; PAYLOAD_WORDS] {
+        self.copy_published_n(w, PAYLOAD_WORDS)
+    }
+
+    /// Copies the first `n` words of the published buffer, the words a payload uses (the
+    /// rest of the result is 0).
+    #[inline]
+    pub(crate) fn copy_published_n(&self, w: Word, n: usize) -> [u64; PAYLOAD_WORDS] {
         let mut out = [0u64; PAYLOAD_WORDS];
         if let Some(buf) = self.head.bufs.get(w.published()) {
-            for (o, src) in out.iter_mut().zip(buf) {
+            for (o, src) in out.iter_mut().zip(buf).take(n) {
                 *o = src.load(Ordering::Relaxed);
             }
         }
@@ -199,14 +207,15 @@ impl RawRwLock<'_> {
 
     /// A writer's read of the published payload: `None` if its claim was evicted (the
     /// copy may then be torn). Validated seqlock-style: loads, `fence(Acquire)`, a check of
-    /// the claim (pairs with the `fence(Release)` in [`RawRwLock::fill`] of a later writer).
-    pub(crate) fn read_as_writer(&self, claim: Word) -> Option<[u64; PAYLOAD_WORDS]> {
+    /// the claim (pairs with the `fence(Release)` in [`RawRwLock::fill_n`] of a later writer).
+    /// Copies the first `n` words.
+    pub(crate) fn read_as_writer(&self, claim: Word, n: usize) -> Option<[u64; PAYLOAD_WORDS]> {
         let w = self.word();
         if w.id() != claim.id() {
             return None;
         }
-        let out = self.copy_published(w);
-        // SYNC: writer read (Acquire fence; pairs with the Release fence in `fill`).
+        let out = self.copy_published_n(w, n);
+        // SYNC: writer read (Acquire fence; pairs with the Release fence in `fill_n`).
         fence(Ordering::Acquire);
         self.is_current(claim).then_some(out)
     }
@@ -237,15 +246,24 @@ impl RawRwLock<'_> {
         }
     }
 
-    /// Fills the staging buffer of `claim` (which must have one) with `words`.
+    /// Fills the whole staging buffer of `claim` (which must have one) with `words` (the
+    /// loom models' payloads use every word).
+    #[cfg(cxc_loom)]
     pub(crate) fn fill(&self, claim: Word, words: &[u64; PAYLOAD_WORDS]) {
+        self.fill_n(claim, words, PAYLOAD_WORDS);
+    }
+
+    /// Fills the first `n` words of the staging buffer of `claim` (the words a payload
+    /// uses; the others are never read for it).
+    #[inline]
+    pub(crate) fn fill_n(&self, claim: Word, words: &[u64; PAYLOAD_WORDS], n: usize) {
         let Some(buf) = claim.stage().and_then(|s| self.head.bufs.get(s)) else {
             return;
         };
         // SYNC: writer read (Release fence: a stale writer whose validated read saw one
         // of these stores also sees the claim CAS that preceded them).
         fence(Ordering::Release);
-        for (dst, w) in buf.iter().zip(words) {
+        for (dst, w) in buf.iter().zip(words).take(n) {
             dst.store(*w, Ordering::Relaxed);
         }
     }
@@ -419,14 +437,15 @@ impl RawRwLock<'_> {
     }
 
     /// Drops every read hold of slot `d`, whose process died (the caller owns the slot
-    /// exclusively: it took it over), and evicts it if it is the writer.
-    pub(crate) fn drop_dead_slot(&self, d: usize) {
-        let Some(slot) = self.slots.get(d) else {
-            return;
-        };
+    /// exclusively: it took it over), and evicts it if it is the writer. Returns the
+    /// evicted writer's token, if it was evicted here.
+    pub(crate) fn drop_dead_slot(&self, d: usize) -> Option<u64> {
+        let slot = self.slots.get(d)?;
         let w = self.word();
+        let mut evicted = None;
         if w.writer() == Some(d) && self.evict(w) {
             self.bump(ctr::EVICTED_DEAD);
+            evicted = Some(w.token());
         } else {
             // It may have died between releasing the write lock and waking the waiters.
             self.wake_after_writer();
@@ -438,6 +457,7 @@ impl RawRwLock<'_> {
         if park::has_sleepers(&self.head.dwake) {
             self.wake(&self.head.dwake, u32::MAX);
         }
+        evicted
     }
 
     /// Wakes up to `n` sleepers of `word` (the model futex under loom).
