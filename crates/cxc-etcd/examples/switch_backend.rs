@@ -10,8 +10,8 @@
 //! Without an endpoint the example starts the local `etcd` binary (Debian `etcd-server`,
 //! see `scripts/install-deps.sh`) on a free loopback port in a temporary directory.
 
-#[path = "../tests/common/server.rs"]
-mod server;
+#[path = "../tests/common/etcd.rs"]
+mod etcd;
 
 use std::error::Error;
 use std::time::Duration;
@@ -46,7 +46,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (endpoint, _local_server) = match std::env::args().nth(1) {
         Some(e) => (e, None),
         None => {
-            let s = server::EtcdServer::start();
+            let s = etcd::EtcdServer::start();
             (s.endpoint(), Some(s))
         }
     };

@@ -30,19 +30,17 @@
 
 use std::marker::PhantomData;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cxc_sync::FencedLease;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    TxnResponse,
-};
+use etcd_client::{Compare, CompareOp, TxnOp};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::conn::{Etcd, EtcdOptions, key_str};
+use crate::contend::{Contender, First, Held};
 use crate::error::EtcdError;
-use crate::session::{KeepAliveStats, Session};
-use crate::wait::{MAX_WAIT, wait_for_delete};
+use crate::session::KeepAliveStats;
+use crate::txn::{holder_tag, nth_get, revision};
 
 /// A claim on an [`EtcdLease`]: the generation (fencing token) and the session it was
 /// made on.
@@ -103,10 +101,8 @@ struct Known {
 /// # }
 /// ```
 pub struct EtcdLease<T> {
-    etcd: Etcd,
-    session: Session,
-    /// `N/`: the contender prefix (etcd's lock and election layout).
-    prefix: Vec<u8>,
+    /// The contender keys under `N/` (etcd's lock and election layout) and the session.
+    queue: Contender,
     value: Vec<u8>,
     tag: Vec<u8>,
     initial: Vec<u8>,
@@ -117,88 +113,10 @@ pub struct EtcdLease<T> {
 impl<T> std::fmt::Debug for EtcdLease<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdLease")
-            .field("prefix", &key_str(&self.prefix))
-            .field("etcd", &self.etcd)
+            .field("prefix", &self.queue.prefix())
+            .field("etcd", &self.queue.etcd)
             .finish()
     }
-}
-
-/// `host:pid`, stored in the contender and holder keys for people reading etcd.
-pub(crate) fn holder_tag() -> Vec<u8> {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}:{}", host.trim(), std::process::id()).into_bytes()
-}
-
-pub(crate) fn check_name(name: &str) -> Result<(), EtcdError> {
-    if name.is_empty() {
-        return Err(EtcdError::InvalidOption("empty key name".into()));
-    }
-    Ok(())
-}
-
-/// The header revision of a response.
-pub(crate) fn revision(resp: &TxnResponse, op: &'static str, key: &[u8]) -> Result<i64, EtcdError> {
-    resp.header()
-        .map(|h| h.revision())
-        .ok_or_else(|| EtcdError::Protocol {
-            op,
-            key: key_str(key),
-            detail: "no response header",
-        })
-}
-
-/// Whether `e` says the session lease no longer exists.
-pub(crate) fn lease_not_found(e: &EtcdError) -> bool {
-    match e {
-        EtcdError::Request {
-            source: etcd_client::Error::GRpcStatus(s),
-            ..
-        } => s.message().contains("requested lease not found"),
-        _ => false,
-    }
-}
-
-/// The first key of a prefix by create revision (etcd's `WithFirstCreate`).
-fn first_created() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
-}
-
-/// The `(create revision, mod revision, value)` of the first key of the `n`th get in a
-/// transaction's responses.
-fn nth_get(resp: &TxnResponse, n: usize) -> Option<(i64, i64, Vec<u8>, Vec<u8>)> {
-    resp.op_responses()
-        .into_iter()
-        .filter_map(|r| match r {
-            TxnOpResponse::Get(g) => Some(g),
-            _ => None,
-        })
-        .nth(n)
-        .and_then(|g| {
-            g.kvs().first().map(|kv| {
-                (
-                    kv.create_revision(),
-                    kv.mod_revision(),
-                    kv.key().to_vec(),
-                    kv.value().to_vec(),
-                )
-            })
-        })
-}
-
-/// What one claim attempt found.
-enum Attempt {
-    Claimed(EtcdClaim),
-    /// Held by the contender key `owner`, seen at store revision `rev` (the latest
-    /// revision, so a watch from `rev + 1` starts in sync and gets the delete at once);
-    /// `still_held`: `owner` still existed at `rev`.
-    Held {
-        owner: Vec<u8>,
-        rev: i64,
-        still_held: bool,
-    },
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
@@ -210,11 +128,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
     /// # Errors
     /// [`EtcdError::InvalidOption`] for an empty name.
     pub fn new(etcd: &Etcd, name: &str, initial: T) -> Result<Self, EtcdError> {
-        check_name(name)?;
         Ok(EtcdLease {
-            etcd: etcd.clone(),
-            session: Session::new(etcd, etcd.options().keep_alive),
-            prefix: format!("{name}/").into_bytes(),
+            queue: Contender::new(etcd, name)?,
             value: format!("{name}.value").into_bytes(),
             tag: holder_tag(),
             initial: initial.as_bytes().to_vec(),
@@ -233,16 +148,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         name: &str,
         initial: T,
     ) -> Result<Self, EtcdError> {
-        Self::new(
-            &Etcd::connect(endpoints, EtcdOptions::default())?,
-            name,
-            initial,
-        )
+        let etcd = Etcd::connect(endpoints, EtcdOptions::default())?;
+        Self::new(&etcd, name, initial)
     }
 
     /// The connection.
     pub fn etcd(&self) -> &Etcd {
-        &self.etcd
+        &self.queue.etcd
     }
 
     /// The current holder's tag and generation, `None` when vacant. The holder may be
@@ -252,15 +164,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
     /// # Errors
     /// If the server cannot be reached.
     pub fn holder(&self) -> Result<Option<(String, u64)>, EtcdError> {
-        let resp = self
-            .etcd
-            .get("holder", &self.prefix, Some(first_created()))?;
-        Ok(resp.kvs().first().map(|kv| {
-            (
-                String::from_utf8_lossy(kv.value()).into_owned(),
-                kv.create_revision() as u64,
-            )
-        }))
+        self.queue.first("holder")
     }
 
     /// Whether `claim` is known lost without asking etcd: it was made on this handle's
@@ -269,7 +173,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
     /// expired it). `false` does not prove the claim current; ask
     /// [`is_current`](FencedLease::is_current) for that.
     pub fn is_lost(&self, claim: &EtcdClaim) -> bool {
-        self.session.owns(claim.session) && !self.session.alive(claim.session)
+        self.queue.session.lost(claim.session)
     }
 
     /// The loss notification: blocks until `claim` is known or presumed lost (as
@@ -278,21 +182,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
     /// refresh moved it. No request is made, so it answers while etcd is unreachable.
     /// A claim that is not this handle's is reported lost at once.
     pub fn wait_lost(&self, claim: &EtcdClaim, timeout: Duration) -> bool {
-        self.session.wait_lost(claim.session, timeout)
+        self.queue.session.wait_lost(claim.session, timeout)
     }
 
     /// What the keep-alive of this handle's current session has done: refreshes, failed
     /// attempts, and the longest gap between two refreshes (keep it below the TTL).
     pub fn keep_alive_stats(&self) -> KeepAliveStats {
-        self.session.stats()
-    }
-
-    /// The contender key of session `s`: `N/<s in lowercase hex>`, as etcd's
-    /// `concurrency.Mutex` names it.
-    fn key_of(&self, session: i64) -> Vec<u8> {
-        let mut key = self.prefix.clone();
-        key.extend_from_slice(format!("{session:x}").as_bytes());
-        key
+        self.queue.session.stats()
     }
 
     fn learn(&self, generation: i64, version: Option<i64>) {
@@ -312,106 +208,33 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         }
     }
 
-    /// One claim attempt.
-    fn claim_once(&self) -> Result<Attempt, EtcdError> {
-        let session = self.session.id()?;
-        match self.claim_on(session) {
-            // Our session expired since we last used it: open a new one and try again.
-            Err(e) if lease_not_found(&e) => {
-                self.session.expired(session);
-                self.claim_on(self.session.id()?)
-            }
-            r => r,
+    /// One claim attempt: the claim, or who holds the lease.
+    fn claim_once(&self) -> Result<Result<EtcdClaim, Held>, EtcdError> {
+        let value = TxnOp::get(self.value.clone(), None);
+        let First {
+            created,
+            session,
+            resp,
+            reads_at,
+        } = match self.queue.attempt("claim", &self.tag, &[value])? {
+            Ok(first) => first,
+            Err(held) => return Ok(Err(held)),
+        };
+        // A new claim learns the payload's version. Claiming again what this handle
+        // already holds does not: after a write with an unknown outcome only a read
+        // makes the version known again (the caller must look at the value).
+        let version = nth_get(&resp, reads_at).map_or(0, |v| v.modified);
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if known.generation != created {
+            *known = Known {
+                generation: created,
+                version: Some(version),
+            };
         }
-    }
-
-    fn claim_on(&self, session: i64) -> Result<Attempt, EtcdError> {
-        let mine = self.key_of(session);
-        let reads = [
-            TxnOp::get(self.prefix.clone(), Some(first_created())),
-            TxnOp::get(self.value.clone(), None),
-        ];
-        let mut then = vec![TxnOp::put(
-            mine.clone(),
-            self.tag.clone(),
-            Some(PutOptions::new().with_lease(session)),
-        )];
-        then.extend(reads.iter().cloned());
-        let mut otherwise = vec![TxnOp::get(mine.clone(), None)];
-        otherwise.extend(reads.iter().cloned());
-        let txn = Txn::new()
-            .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
-            .and_then(then)
-            .or_else(otherwise);
-        let resp = self.etcd.txn("claim", &mine, txn)?;
-        let rev = revision(&resp, "claim", &mine)?;
-        let protocol = |detail| EtcdError::Protocol {
-            op: "claim",
-            key: key_str(&mine),
-            detail,
-        };
-        // The gets of the branch taken: [mine (else only)], first contender, value.
-        let base = usize::from(!resp.succeeded());
-        let my_rev = if resp.succeeded() {
-            // Our key was created by this txn: its create revision is the txn's.
-            rev
-        } else {
-            // Our key exists already (an earlier attempt whose reply was lost, or our
-            // own claim again).
-            nth_get(&resp, 0)
-                .ok_or(protocol("contender key vanished inside a transaction"))?
-                .0
-        };
-        let (first_rev, _, first_key, _) =
-            nth_get(&resp, base).ok_or(protocol("no contender key in a transaction"))?;
-        if first_rev == my_rev {
-            // A new claim learns the payload's version. Claiming again what this handle
-            // already holds does not: after a write with an unknown outcome only a read
-            // makes the version known again (the caller must look at the value).
-            let version = nth_get(&resp, base + 1).map_or(0, |v| v.1);
-            let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-            if known.generation != my_rev {
-                *known = Known {
-                    generation: my_rev,
-                    version: Some(version),
-                };
-            }
-            drop(known);
-            return Ok(Attempt::Claimed(EtcdClaim {
-                generation: my_rev,
-                session,
-            }));
-        }
-        // Someone else holds it: withdraw our key (as `concurrency.Mutex::TryLock`
-        // does), fenced by its create revision, and look at the holder's key again in
-        // the same step.
-        let withdraw = Txn::new()
-            .when([Compare::create_revision(
-                mine.clone(),
-                CompareOp::Equal,
-                my_rev,
-            )])
-            .and_then([
-                TxnOp::delete(mine.clone(), None),
-                TxnOp::get(first_key.clone(), None),
-            ])
-            .or_else([TxnOp::get(first_key.clone(), None)]);
-        let resp = match self.etcd.txn("withdraw", &mine, withdraw) {
-            Ok(r) => r,
-            Err(e) => {
-                // Our key may linger and become the holder once the others leave: end
-                // the session (revoked in the background), which deletes it.
-                self.session.expired(session);
-                return Err(e);
-            }
-        };
-        let rev = revision(&resp, "withdraw", &mine)?;
-        let still_held = nth_get(&resp, 0).is_some_and(|(created, ..)| created == first_rev);
-        Ok(Attempt::Held {
-            owner: first_key,
-            rev,
-            still_held,
-        })
+        Ok(Ok(EtcdClaim {
+            generation: created,
+            session,
+        }))
     }
 
     /// `txn(create_revision(N/<s>) == claim.generation ∧ extra) then ops else else_ops`.
@@ -422,16 +245,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> EtcdLease<T> {
         extra: Option<Compare>,
         ops: Vec<TxnOp>,
         else_ops: Vec<TxnOp>,
-    ) -> Result<TxnResponse, EtcdError> {
-        let mine = self.key_of(claim.session);
-        let mut cmp = vec![Compare::create_revision(
-            mine.clone(),
-            CompareOp::Equal,
-            claim.generation,
-        )];
-        cmp.extend(extra);
-        let txn = Txn::new().when(cmp).and_then(ops).or_else(else_ops);
-        self.etcd.txn(op, &mine, txn)
+    ) -> Result<etcd_client::TxnResponse, EtcdError> {
+        let step = (claim.session, claim.generation);
+        self.queue.fenced(op, step, extra, ops, else_ops)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<T, EtcdError> {
@@ -455,35 +271,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
     type Error = EtcdError;
 
     fn try_claim(&self) -> Result<Option<EtcdClaim>, EtcdError> {
-        Ok(match self.claim_once()? {
-            Attempt::Claimed(c) => Some(c),
-            Attempt::Held { .. } => None,
-        })
+        Ok(self.claim_once()?.ok())
     }
 
     /// Waits on an etcd watch of the holder's key for its deletion (release or session
     /// expiry), then claims again.
     fn acquire(&self, timeout: Duration) -> Result<Option<EtcdClaim>, EtcdError> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            let (owner, seen, still_held) = match self.claim_once()? {
-                Attempt::Claimed(c) => return Ok(Some(c)),
-                Attempt::Held {
-                    owner,
-                    rev,
-                    still_held,
-                } => (owner, rev, still_held),
-            };
-            let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
-            if left.is_zero() {
-                return Ok(None);
-            }
-            if !still_held {
-                // Released between our claim and our withdraw: claim again at once.
-                continue;
-            }
-            wait_for_delete(&self.etcd, &owner, false, seen + 1, left.min(MAX_WAIT));
-        }
+        self.queue.wait_first(timeout, || self.claim_once())
     }
 
     /// Reads the payload if `claim` is current, and learns its version (so writes can go
@@ -495,7 +289,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
             return Ok(None);
         }
         let (version, bytes) = match nth_get(&resp, 0) {
-            Some((_, m, _, v)) => (m, v),
+            Some(f) => (f.modified, f.value),
             None => (0, self.initial.clone()),
         };
         let value = self.decode(&bytes)?;
@@ -526,7 +320,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
         };
         let put = TxnOp::put(self.value.clone(), value.as_bytes().to_vec(), None);
         let cmp = Compare::mod_revision(self.value.clone(), CompareOp::Equal, known);
-        let check = TxnOp::get(self.key_of(claim.session), None);
+        let check = TxnOp::get(self.queue.key_of(claim.session), None);
         let resp = match self.fenced("write", claim, Some(cmp), vec![put], vec![check]) {
             Ok(r) => r,
             Err(e) => {
@@ -541,7 +335,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
             return Ok(true);
         }
         match nth_get(&resp, 0) {
-            Some((created, ..)) if created == claim.generation => {
+            Some(f) if f.created == claim.generation => {
                 self.learn(claim.generation, None);
                 Err(self.conflict())
             }
@@ -551,29 +345,19 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
 
     /// Refreshes the claim's session (one keep-alive), then checks the claim is current.
     fn beat(&self, claim: &EtcdClaim) -> Result<bool, EtcdError> {
-        Ok(self.session.keep_alive(claim.session)? && self.is_current(claim)?)
+        self.queue.refresh((claim.session, claim.generation))
     }
 
     fn release(&self, claim: &EtcdClaim) -> Result<bool, EtcdError> {
-        let del = TxnOp::delete(self.key_of(claim.session), None);
-        Ok(self
-            .fenced("release", claim, None, vec![del], vec![])?
-            .succeeded())
+        self.queue
+            .withdraw("release", (claim.session, claim.generation))
     }
 
     /// Asks etcd whether the claim's contender key still exists with the claim's
     /// generation. `Ok(false)` without a request if the claim was made on this handle's
     /// session and that session is known or presumed lost ([`EtcdLease::is_lost`]).
     fn is_current(&self, claim: &EtcdClaim) -> Result<bool, EtcdError> {
-        if self.is_lost(claim) {
-            return Ok(false);
-        }
-        let key = self.key_of(claim.session);
-        let resp = self.etcd.get("is_current", &key, None)?;
-        Ok(resp
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == claim.generation))
+        self.queue.is_current((claim.session, claim.generation))
     }
 
     fn generation(claim: &EtcdClaim) -> u64 {

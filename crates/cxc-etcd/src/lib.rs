@@ -24,19 +24,23 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod contend;
 mod election;
 mod error;
+mod fenced_key;
 mod lease;
 mod permit;
 mod semaphore;
 mod session;
+mod txn;
 mod wait;
 
 pub use conn::{Etcd, EtcdOptions, KeepAlive};
 pub use cxc_sync::election::{ElectionBackend, FencedResource};
 pub use cxc_sync::{FencedLease, PermitPool};
-pub use election::{EtcdElection, EtcdFencedKey, EtcdTerm};
+pub use election::{EtcdElection, EtcdTerm};
 pub use error::EtcdError;
+pub use fenced_key::EtcdFencedKey;
 pub use lease::{EtcdClaim, EtcdLease};
 pub use permit::EtcdPermitGuard;
 pub use semaphore::{EtcdPermit, EtcdSemaphore};

@@ -36,8 +36,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpR
 
 use crate::conn::{Etcd, EtcdOptions, KeepAlive, key_str};
 use crate::error::EtcdError;
-use crate::lease::{check_name, holder_tag, lease_not_found, revision};
 use crate::session::{KeepAliveStats, Session};
+use crate::txn::{check_name, exists_as, fenced_delete, holder_tag, lease_not_found, revision};
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
 /// How many count-then-take rounds one take attempt makes before it reports contention.
@@ -182,11 +182,8 @@ impl EtcdSemaphore {
         name: &str,
         max_permits: u32,
     ) -> Result<Self, EtcdError> {
-        Self::open(
-            &Etcd::connect(endpoints, EtcdOptions::default())?,
-            name,
-            max_permits,
-        )
+        let etcd = Etcd::connect(endpoints, EtcdOptions::default())?;
+        Self::open(&etcd, name, max_permits)
     }
 
     /// Permits this handle holds, not counting those it knows or presumes lost (their
@@ -233,7 +230,7 @@ impl EtcdSemaphore {
     /// Whether `permit` is known or presumed lost, without a request (see
     /// [`EtcdSemaphore::lost_permits`]). `false` does not prove it current.
     pub fn is_lost(&self, permit: &EtcdPermit) -> bool {
-        self.session.owns(permit.session) && !self.session.alive(permit.session)
+        self.session.lost(permit.session)
     }
 
     /// Whether `permit` is current: its holder key still exists with the permit's
@@ -245,11 +242,7 @@ impl EtcdSemaphore {
         if self.is_lost(permit) {
             return Ok(false);
         }
-        let resp = self.etcd.get("is_current", &permit.key, None)?;
-        let current = resp
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == permit.token);
+        let current = exists_as(&self.etcd, &permit.key, permit.token)?;
         if !current {
             let mut p = self.permits();
             if let Some(i) = p.held.iter().position(|h| h == permit) {
@@ -306,18 +299,11 @@ impl EtcdSemaphore {
     /// If the server cannot be reached; the permit then stays held (a later give retries,
     /// and the fenced delete makes a second attempt harmless).
     pub fn give_permit(&self, permit: &EtcdPermit) -> Result<bool, EtcdError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                permit.key.clone(),
-                CompareOp::Equal,
-                permit.token,
-            )])
-            .and_then([TxnOp::delete(permit.key.clone(), None)]);
-        let resp = self.etcd.txn("give", &permit.key, txn)?;
+        let given = fenced_delete(&self.etcd, "give", &permit.key, permit.token)?;
         let mut p = self.permits();
         p.held.retain(|h| h != permit);
         p.lost.retain(|h| h != permit);
-        Ok(resp.succeeded())
+        Ok(given)
     }
 
     fn permits(&self) -> std::sync::MutexGuard<'_, Permits> {

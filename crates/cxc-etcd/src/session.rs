@@ -276,6 +276,13 @@ impl Session {
         life.wait_lost(until)
     }
 
+    /// Whether something made on lease `id` is known or presumed lost without asking etcd:
+    /// `id` was granted to this session and is no longer its live lease (it expired, was
+    /// found gone, or missed its local deadline).
+    pub(crate) fn lost(&self, id: i64) -> bool {
+        self.owns(id) && !self.alive(id)
+    }
+
     /// Whether lease `id` was granted to this session (one of its last 64 grants).
     pub(crate) fn owns(&self, id: i64) -> bool {
         id != NO_LEASE && self.state().granted.contains(&id)

@@ -5,27 +5,21 @@
 //! leaders' accepted writes interleave). And `etcdctl elect` and a Rust candidate on one
 //! name see each other.
 //!
-//! Children report events (`leading`, `refused`, `lost`, with token and
-//! `CLOCK_MONOTONIC` time) as lines of `<dir>/<name>.events`. Sessions use a 1 s TTL
-//! and progress-driven renewal (`KeepAlive::OnBeat`).
+//! Children report events (`ev=leading|refused|lost`, with token and `CLOCK_MONOTONIC`
+//! time). Sessions use a 1 s TTL and progress-driven renewal (`KeepAlive::OnBeat`).
 
 mod common;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{EtcdServer, Kid, child_dir, env, mono_ns, role};
+use common::{EtcdServer, child, etcdctl_elect, mono_ns, wait_printed};
 use cxc_etcd::{
     ElectionBackend, Etcd, EtcdElection, EtcdFencedKey, EtcdOptions, FencedResource, KeepAlive,
 };
 use cxc_sync::election::{ElectionConfig, ElectionError, Elector};
+use cxc_testkit::{Proc, arg, fields, report, role, try_arg};
 
 const TTL: Duration = Duration::from_secs(1);
-const ID_VAR: &str = "CXC_ETCD_ID";
-const RES_VAR: &str = "CXC_ETCD_RES";
-const STALL_VAR: &str = "CXC_ETCD_STALL";
 
 fn connect(endpoint: &str) -> Etcd {
     let opts = EtcdOptions::default()
@@ -34,30 +28,26 @@ fn connect(endpoint: &str) -> Etcd {
     Etcd::connect(&[endpoint], opts).expect("connect")
 }
 
-fn event(name: &str, ev: &str, token: u64) {
-    let path = child_dir().join(format!("{name}.events"));
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("events");
-    writeln!(f, "{ev} {token} {}", mono_ns()).expect("event");
+fn event(ev: &str, token: u64) {
+    report(format!("ev={ev} token={token} t={}", mono_ns()));
 }
 
-/// A candidate: campaigns; while leading, appends `token id seq;` to the fenced key,
-/// then renews, every 20 ms. `STALL=after_ms:for_ms` stops its loop once for `for_ms`.
+/// A candidate: campaigns; while leading, appends `token name seq;` to the fenced key,
+/// then renews, every 20 ms. Role argument `stall=after_ms:for_ms` stops its loop once
+/// for `for_ms`. In a child, plays the role and exits; in the parent, returns.
 fn child_dispatch() {
     let Some(role) = role() else { return };
     assert_eq!(role, "candidate");
-    let name = env(common::NAME_VAR);
-    let etcd = connect(&env(common::ENDPOINT_VAR));
-    let backend = EtcdElection::new(&etcd, &env(common::KEY_VAR)).expect("election");
-    let cfg = ElectionConfig::new(env(ID_VAR))
+    let name = arg("name");
+    let etcd = connect(&arg("endpoint"));
+    let backend = EtcdElection::new(&etcd, &arg("key")).expect("election");
+    let cfg = ElectionConfig::new(format!("cand-{name}"))
         .lease_duration(TTL)
         .retry_period(Duration::from_millis(50));
     let el = Elector::new(backend, cfg).expect("elector");
-    let res = EtcdFencedKey::new(&etcd, &env(RES_VAR)).expect("resource");
-    let mut stall = std::env::var(STALL_VAR).ok().map(|s| {
+    let res = EtcdFencedKey::new(&etcd, RES).expect("resource");
+    let mut stall = try_arg("stall").map(|s| {
+        let s = s.into_string().expect("UTF-8");
         let (a, b) = s.split_once(':').expect("after:for");
         (
             Duration::from_millis(a.parse().expect("ms")),
@@ -69,7 +59,7 @@ fn child_dispatch() {
         .expect("campaign")
         .expect("elected");
     let token = l.token();
-    event(&name, "leading", token);
+    event("leading", token);
     let started = Instant::now();
     for seq in 0u64.. {
         if let Some((after, hold)) = stall {
@@ -80,7 +70,7 @@ fn child_dispatch() {
         }
         let line = format!("{token} {name} {seq};");
         if !res.append(token, line.as_bytes()).expect("append") {
-            event(&name, "refused", token);
+            event("refused", token);
         }
         match l.renew() {
             Ok(()) => {}
@@ -89,20 +79,23 @@ fn child_dispatch() {
                 // renewal, it learns of the loss first) is refused.
                 let line = format!("{token} {name} late;");
                 if !res.append(token, line.as_bytes()).expect("append") {
-                    event(&name, "refused", token);
+                    event("refused", token);
                 }
-                event(&name, "lost", token);
-                std::process::exit(0);
+                event("lost", token);
+                break;
             }
             Err(e) => panic!("renew: {e}"),
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    std::process::exit(0);
 }
+
+/// The fenced key the candidates write.
+const RES: &str = "elect/res";
 
 struct Run {
     server: EtcdServer,
-    dir: tempfile::TempDir,
     etcd: Etcd,
 }
 
@@ -110,56 +103,33 @@ impl Run {
     fn new() -> Self {
         let server = EtcdServer::start();
         let etcd = connect(&server.endpoint());
-        Run {
-            server,
-            dir: tempfile::tempdir().expect("tempdir"),
-            etcd,
-        }
+        Run { server, etcd }
     }
 
-    fn spawn(&self, test: &str, name: &str, stall: Option<&str>) -> Kid {
-        let mut envs = vec![
-            (ID_VAR, format!("cand-{name}")),
-            (RES_VAR, "elect/res".to_string()),
-        ];
+    fn spawn(&self, test: &str, name: &str, stall: Option<&str>) -> Proc {
+        let mut c = child(test, "candidate", &self.server.endpoint(), "elect/e").arg("name", name);
         if let Some(s) = stall {
-            envs.push((STALL_VAR, s.to_string()));
+            c = c.arg("stall", s);
         }
-        Kid::spawn(
-            test,
-            "candidate",
-            name,
-            &self.server.endpoint(),
-            self.dir.path(),
-            "elect/e",
-            &envs,
-        )
+        c.spawn()
     }
 
-    /// The first `ev` of child `name`: `(token, t)`.
-    fn wait_event(&self, name: &str, ev: &str, timeout: Duration) -> (u64, u64) {
-        let path = self.dir.path().join(format!("{name}.events"));
+    /// The next `ev` that candidate `kid` reports (skipping others): `(token, t)`.
+    fn wait_event(&self, kid: &mut Proc, ev: &str, timeout: Duration) -> (u64, u64) {
         let deadline = Instant::now() + timeout;
         loop {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            if let Some(l) = text.lines().find(|l| l.starts_with(&format!("{ev} "))) {
-                let w: Vec<u64> = l.split(' ').skip(1).map(|x| x.parse().unwrap()).collect();
-                return (w[0], w[1]);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let r = kid.next_report(left);
+            let f = fields(&r);
+            if f["ev"] == ev {
+                return (f["token"].parse().unwrap(), f["t"].parse().unwrap());
             }
-            assert!(
-                Instant::now() < deadline,
-                "{name}: no {ev} within {timeout:?}; events {text:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
     /// The distinct tokens of the fenced key's log, checked never to go down.
     fn terms(&self) -> Vec<u64> {
-        let (mark, data) = EtcdFencedKey::new(&self.etcd, "elect/res")
-            .unwrap()
-            .read()
-            .unwrap();
+        let (mark, data) = EtcdFencedKey::new(&self.etcd, RES).unwrap().read().unwrap();
         let text = String::from_utf8(data).unwrap();
         let tokens: Vec<u64> = text
             .split(';')
@@ -183,6 +153,30 @@ impl Run {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+
+    /// Candidate `a` leads and writes while standby `b` waits; then `depose` (a signal)
+    /// is done to `a`, and `b` leads. Prints how long that took (named `what`) and
+    /// returns `a`, `b`, their tokens and that time.
+    fn failover(
+        &self,
+        test: &str,
+        what: &str,
+        depose: impl FnOnce(&mut Proc),
+    ) -> (Proc, Proc, u64, u64, Duration) {
+        let mut a = self.spawn(test, "a", None);
+        let (ta, _) = self.wait_event(&mut a, "leading", Duration::from_secs(20));
+        let mut b = self.spawn(test, "b", None);
+        self.wait_wrote(ta);
+        std::thread::sleep(Duration::from_millis(300));
+        let deposed = mono_ns();
+        depose(&mut a);
+        let (tb, t) = self.wait_event(&mut b, "leading", Duration::from_secs(20));
+        let took = Duration::from_nanos(t.saturating_sub(deposed));
+        eprintln!("etcd {what} failover {took:?} (TTL {TTL:?})");
+        assert!(tb > ta);
+        self.wait_wrote(tb);
+        (a, b, ta, tb, took)
+    }
 }
 
 /// SIGKILL: the standby leads once the leader's session expires (one TTL after its last
@@ -190,21 +184,10 @@ impl Run {
 #[test]
 fn etcd_sigkilled_leader_is_replaced_within_the_ttl() {
     child_dispatch();
-    const T: &str = "etcd_sigkilled_leader_is_replaced_within_the_ttl";
     let run = Run::new();
-    let mut a = run.spawn(T, "a", None);
-    let (ta, _) = run.wait_event("a", "leading", Duration::from_secs(20));
-    let _b = run.spawn(T, "b", None);
-    run.wait_wrote(ta);
-    std::thread::sleep(Duration::from_millis(300));
-    let killed = mono_ns();
-    a.sigkill();
-    let (tb, t) = run.wait_event("b", "leading", Duration::from_secs(20));
-    let took = Duration::from_nanos(t.saturating_sub(killed));
-    eprintln!("etcd SIGKILL failover {took:?} (TTL {TTL:?})");
+    let t = "etcd_sigkilled_leader_is_replaced_within_the_ttl";
+    let (_a, _b, ta, tb, took) = run.failover(t, "SIGKILL", Proc::kill);
     assert!(took < TTL + Duration::from_millis(1500), "took {took:?}");
-    assert!(tb > ta);
-    run.wait_wrote(tb);
     assert_eq!(run.terms(), vec![ta, tb]);
 }
 
@@ -213,24 +196,13 @@ fn etcd_sigkilled_leader_is_replaced_within_the_ttl() {
 #[test]
 fn etcd_sigstopped_leader_is_replaced_and_fenced() {
     child_dispatch();
-    const T: &str = "etcd_sigstopped_leader_is_replaced_and_fenced";
     let run = Run::new();
-    let mut a = run.spawn(T, "a", None);
-    let (ta, _) = run.wait_event("a", "leading", Duration::from_secs(20));
-    let _b = run.spawn(T, "b", None);
-    run.wait_wrote(ta);
-    std::thread::sleep(Duration::from_millis(300));
-    let stopped = mono_ns();
-    a.signal(rustix::process::Signal::STOP);
-    let (tb, t) = run.wait_event("b", "leading", Duration::from_secs(20));
-    let took = Duration::from_nanos(t.saturating_sub(stopped));
-    eprintln!("etcd SIGSTOP failover {took:?} (TTL {TTL:?})");
-    assert!(tb > ta);
-    run.wait_wrote(tb);
-    a.signal(rustix::process::Signal::CONT);
-    run.wait_event("a", "refused", Duration::from_secs(20));
-    run.wait_event("a", "lost", Duration::from_secs(20));
-    a.wait_success(Duration::from_secs(20));
+    let t = "etcd_sigstopped_leader_is_replaced_and_fenced";
+    let (mut a, _b, ta, tb, _) = run.failover(t, "SIGSTOP", |a| a.stop());
+    a.cont();
+    run.wait_event(&mut a, "refused", Duration::from_secs(20));
+    run.wait_event(&mut a, "lost", Duration::from_secs(20));
+    a.finish(Duration::from_secs(20));
     assert_eq!(run.terms(), vec![ta, tb]);
 }
 
@@ -242,72 +214,15 @@ fn etcd_leader_that_stops_renewing_loses_while_alive() {
     const T: &str = "etcd_leader_that_stops_renewing_loses_while_alive";
     let run = Run::new();
     let mut a = run.spawn(T, "a", Some("300:2500"));
-    let (ta, _) = run.wait_event("a", "leading", Duration::from_secs(20));
-    let _b = run.spawn(T, "b", None);
-    let (tb, _) = run.wait_event("b", "leading", Duration::from_secs(20));
+    let (ta, _) = run.wait_event(&mut a, "leading", Duration::from_secs(20));
+    let mut b = run.spawn(T, "b", None);
+    let (tb, _) = run.wait_event(&mut b, "leading", Duration::from_secs(20));
     assert!(tb > ta);
-    run.wait_event("a", "refused", Duration::from_secs(20));
-    run.wait_event("a", "lost", Duration::from_secs(20));
-    a.wait_success(Duration::from_secs(20));
+    run.wait_event(&mut a, "refused", Duration::from_secs(20));
+    run.wait_event(&mut a, "lost", Duration::from_secs(20));
+    a.finish(Duration::from_secs(20));
     run.wait_wrote(tb);
     assert_eq!(run.terms(), vec![ta, tb]);
-}
-
-fn etcdctl_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("CXC_ETCDCTL_BIN") {
-        return PathBuf::from(p);
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("etcdctl"))
-            .find(|p| p.is_file())
-    });
-    let bin = on_path.unwrap_or_else(|| PathBuf::from("/usr/bin/etcdctl"));
-    assert!(
-        bin.is_file(),
-        "this test needs `etcdctl` (scripts/install-deps.sh)"
-    );
-    bin
-}
-
-/// `etcdctl elect ARGS` with stdout in `out`; SIGKILLed and reaped on drop.
-struct Etcdctl(Child);
-
-impl Drop for Etcdctl {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn etcdctl_elect(endpoint: &str, args: &[&str], out: &Path) -> Etcdctl {
-    Etcdctl(
-        Command::new(etcdctl_binary())
-            .arg(format!("--endpoints={endpoint}"))
-            .arg("elect")
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(out).expect("output file"))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn etcdctl"),
-    )
-}
-
-fn wait_output(path: &Path, needle: &str, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let s = std::fs::read_to_string(path).unwrap_or_default();
-        if s.contains(needle) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "etcdctl printed {s:?}, not {needle:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A Rust leader and `etcdctl elect` on one name: `etcdctl elect -l` prints the Rust
@@ -316,7 +231,6 @@ fn wait_output(path: &Path, needle: &str, timeout: Duration) {
 /// campaign waits.
 #[test]
 fn etcdctl_elect_and_rust_candidates_see_each_other() {
-    child_dispatch();
     let run = Run::new();
     let name = "interop/leader";
     let cand = |id: &str| {
@@ -326,29 +240,23 @@ fn etcdctl_elect_and_rust_candidates_see_each_other() {
     let a = cand("rust-a");
     let b = cand("rust-b");
     let la = a.campaign(Duration::from_secs(5)).unwrap().expect("vacant");
-    let observed = run.dir.path().join("observe.out");
-    let observer = etcdctl_elect(&run.server.endpoint(), &["-l", name], &observed);
-    wait_output(&observed, "rust-a", Duration::from_secs(10));
+    let mut observer = etcdctl_elect(&run.server.endpoint(), &["-l", name]);
+    wait_printed(&mut observer, "rust-a", Duration::from_secs(10));
     drop(observer);
 
-    let campaign = run.dir.path().join("campaign.out");
-    let _go = etcdctl_elect(&run.server.endpoint(), &[name, "go-proposal"], &campaign);
+    let mut go = etcdctl_elect(&run.server.endpoint(), &[name, "go-proposal"]);
     // While Rust leads (renewing), etcdctl waits and Rust rivals see rust-a.
     let until = Instant::now() + Duration::from_millis(1500);
     while Instant::now() < until {
         la.renew().expect("renew");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(
-        !std::fs::read_to_string(&campaign)
-            .unwrap_or_default()
-            .contains("go-proposal")
-    );
+    assert!(!go.stdout().contains("go-proposal"));
     assert!(b.campaign(Duration::from_millis(200)).unwrap().is_none());
     assert_eq!(b.observe().unwrap().unwrap().identity, "rust-a");
     let ta = la.token();
     la.step_down().expect("step down");
-    wait_output(&campaign, "go-proposal", Duration::from_secs(10));
+    wait_printed(&mut go, "go-proposal", Duration::from_secs(10));
     let seen = b.observe().unwrap().expect("a leader");
     assert_eq!(seen.identity, "go-proposal");
     assert!(seen.token > ta);

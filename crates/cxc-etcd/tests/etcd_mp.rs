@@ -1,73 +1,41 @@
 //! Multi-process tests of [`EtcdLease`] and [`EtcdSemaphore`] against a real etcd server
 //! (the acceptance list).
 //!
-//! Each test starts its own server (`common::server`), then re-executes this test binary
-//! as child processes in a role (`CXC_ETCD_ROLE`); a test function that finds the role
-//! variable set plays that role and exits. Children report through files: `key=value`
-//! reports, and logs of the intervals they held a claim or a permit, stamped with
-//! `CLOCK_MONOTONIC` (one clock for all processes). A child records an interval only
-//! after its claim returned and before it released, so the recorded interval lies inside
-//! the real one: overlapping records prove overlapping holds.
+//! Each test starts its own server (`common::etcd`), then re-executes this test binary as
+//! child processes in a role (`cxc-testkit`); a test function that finds itself in a role
+//! plays it and returns. Children report on stdout (`cxc_testkit::report`): results, and
+//! the intervals they held a claim or a permit, stamped with `CLOCK_MONOTONIC` (one clock
+//! for all processes). A child records an interval only after its claim returned and
+//! before it released, so the recorded interval lies inside the real one: overlapping
+//! records prove overlapping holds.
 //!
 //! Sessions use a 1 s TTL (the server runs with short raft timers so it accepts it).
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{
-    CHILD_PATIENCE, EtcdServer, Kid, child_dir, child_wait_for_file, env, max_overlap, mono_ns,
-    publish, report, report_u64, role,
-};
-use cxc_etcd::{Etcd, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, PermitPool};
+use common::{EtcdServer, child, linger, max_overlap, mono_ns};
+use cxc_etcd::{Etcd, EtcdClaim, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, PermitPool};
+use cxc_testkit::{Proc, arg, fields, path_arg, report, role, wait_for_path};
 
 const TTL: Duration = Duration::from_secs(1);
-const ROUNDS_VAR: &str = "CXC_ETCD_ROUNDS";
-const MAX_VAR: &str = "CXC_ETCD_MAX";
 
 fn connect(endpoint: &str) -> Etcd {
     Etcd::connect(&[endpoint], EtcdOptions::default().ttl(TTL)).expect("connect")
 }
 
 fn child_lease() -> EtcdLease<u64> {
-    EtcdLease::new(
-        &connect(&env(common::ENDPOINT_VAR)),
-        &env(common::KEY_VAR),
-        0,
-    )
-    .expect("lease")
+    EtcdLease::new(&connect(&arg("endpoint")), &arg("key"), 0).expect("lease")
 }
 
 fn child_pool() -> EtcdSemaphore {
-    let max: u32 = env(MAX_VAR).parse().expect("max");
-    EtcdSemaphore::open(
-        &connect(&env(common::ENDPOINT_VAR)),
-        &env(common::KEY_VAR),
-        max,
-    )
-    .expect("pool")
+    let max: u32 = arg("max").parse().expect("max");
+    EtcdSemaphore::open(&connect(&arg("endpoint")), &arg("key"), max).expect("pool")
 }
 
 fn rounds() -> u64 {
-    env(ROUNDS_VAR).parse().expect("rounds")
-}
-
-/// Appends `line` to this child's log.
-fn log_line(log: &mut std::fs::File, line: &str) {
-    use std::io::Write;
-    writeln!(log, "{line}").expect("log");
-}
-
-fn open_log() -> std::fs::File {
-    std::fs::File::create(child_dir().join(format!("{}.log", env(common::NAME_VAR))))
-        .expect("log file")
-}
-
-/// Sleeps until killed (or, if the parent died, until the patience runs out).
-fn linger() -> ! {
-    std::thread::sleep(CHILD_PATIENCE);
-    std::process::exit(5)
+    arg("rounds").parse().expect("rounds")
 }
 
 /// If this process is a child, plays its role and exits.
@@ -85,17 +53,51 @@ fn child_dispatch() {
     std::process::exit(0);
 }
 
+/// One hold as a child reports it: `hold start=NS end=NS gen=G`, and for the restart
+/// contender `wrote=W after_restart=0|1`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hold {
+    start: u64,
+    end: u64,
+    generation: u64,
+    /// 1 (write applied), 0 (refused) or 2 (outcome unknown: the request failed).
+    wrote: u64,
+    after_restart: bool,
+}
+
+impl Hold {
+    fn report(start: u64, end: u64, generation: u64, more: &str) {
+        report(format!(
+            "hold start={start} end={end} gen={generation}{more}"
+        ));
+    }
+
+    /// The hold of report `line`, `None` for other reports.
+    fn parse(line: &str) -> Option<Hold> {
+        let rest = line.strip_prefix("hold ")?;
+        let f = fields(rest);
+        let num = |k: &str| f.get(k).map_or(0, |v| v.parse().expect("a number"));
+        Some(Hold {
+            start: num("start"),
+            end: num("end"),
+            generation: num("gen"),
+            wrote: num("wrote"),
+            after_restart: num("after_restart") == 1,
+        })
+    }
+}
+
+/// The holds among `reports`.
+fn holds(reports: &[String]) -> Vec<Hold> {
+    reports.iter().filter_map(|r| Hold::parse(r)).collect()
+}
+
 /// `rounds` times: acquire, increment the payload by a fenced read + write, release.
-/// Logs `start end generation` per hold.
+/// Reports each hold.
 fn role_contender() {
     let lease = child_lease();
-    let mut log = open_log();
-    let n = rounds();
-    for _ in 0..n {
-        let c = lease
-            .acquire(Duration::from_secs(30))
-            .expect("acquire")
-            .expect("acquire timed out");
+    for _ in 0..rounds() {
+        let c = acquire(&lease);
         let t0 = mono_ns();
         let v = lease.read(&c).expect("read").expect("holder cannot read");
         std::thread::sleep(Duration::from_millis(1));
@@ -103,51 +105,57 @@ fn role_contender() {
             lease.write(&c, v + 1).expect("write"),
             "holder's write refused"
         );
-        let t1 = mono_ns();
-        log_line(&mut log, &format!("{t0} {t1} {}", c.generation()));
+        Hold::report(t0, mono_ns(), c.generation(), "");
         assert!(lease.release(&c).expect("release"));
     }
-    report(&format!("writes={n}"));
+}
+
+/// The lease's claim, waiting for it at most 30 s.
+fn acquire(lease: &EtcdLease<u64>) -> EtcdClaim {
+    lease
+        .acquire(Duration::from_secs(30))
+        .expect("acquire")
+        .expect("acquire timed out")
+}
+
+/// Claims, writes `value`, and reports the claim's generation.
+fn claim_and_write(value: u64) -> (EtcdLease<u64>, EtcdClaim) {
+    let lease = child_lease();
+    let c = acquire(&lease);
+    assert!(lease.write(&c, value).expect("write"));
+    report(format!("gen={}", c.generation()));
+    (lease, c)
 }
 
 /// Claims, writes 42, reports, and holds until killed.
 fn role_holder() {
-    let lease = child_lease();
-    let c = lease
-        .acquire(Duration::from_secs(30))
-        .expect("acquire")
-        .expect("acquire timed out");
-    assert!(lease.write(&c, 42).expect("write"));
-    report(&format!("gen={}", c.generation()));
+    // Kept until killed: dropping the handle would release the claim at once.
+    let _held = claim_and_write(42);
     linger();
 }
 
-/// Claims and reports; the parent SIGSTOPs it, takes the lease over, and SIGCONTs it:
-/// then it tries to use its stale claim and reports what happened.
+/// Claims and reports; the parent SIGSTOPs it, takes the lease over, makes `<dir>/go`
+/// and SIGCONTs it: then it tries to use its stale claim and reports what happened.
 fn role_paused() {
-    let lease = child_lease();
-    let c = lease
-        .acquire(Duration::from_secs(30))
-        .expect("acquire")
-        .expect("acquire timed out");
-    assert!(lease.write(&c, 1).expect("write"));
-    report(&format!("gen={}", c.generation()));
-    child_wait_for_file(&child_dir().join("go"));
+    let (lease, c) = claim_and_write(1);
+    let go = path_arg("dir").join("go");
+    assert!(
+        wait_for_path(&go, common::CHILD_PATIENCE),
+        "no go from the parent"
+    );
     let write = lease.write(&c, 999).expect("stale write");
     let release = lease.release(&c).expect("stale release");
     let beat = lease.beat(&c).expect("stale beat");
     let current = lease.is_current(&c).expect("is_current");
     let read = lease.read(&c).expect("stale read").is_some();
-    publish(
-        &child_dir().join("paused.after"),
-        &format!("write={write} release={release} beat={beat} current={current} read={read}"),
-    );
+    report(format!(
+        "write={write} release={release} beat={beat} current={current} read={read}"
+    ));
 }
 
-/// `rounds` times: take a permit, hold it 2 ms, give it. Logs `start end` per hold.
+/// `rounds` times: take a permit, hold it 2 ms, give it. Reports each hold.
 fn role_sem_worker() {
     let pool = child_pool();
-    let mut log = open_log();
     for _ in 0..rounds() {
         assert!(
             pool.take_timeout(Duration::from_secs(30)).expect("take"),
@@ -155,11 +163,9 @@ fn role_sem_worker() {
         );
         let t0 = mono_ns();
         std::thread::sleep(Duration::from_millis(2));
-        let t1 = mono_ns();
-        log_line(&mut log, &format!("{t0} {t1}"));
+        Hold::report(t0, mono_ns(), 0, "");
         assert!(pool.give().expect("give"), "give refused");
     }
-    report("done=1");
 }
 
 /// Takes one permit, reports, and holds it until killed.
@@ -170,13 +176,13 @@ fn role_sem_holder() {
     linger();
 }
 
-/// Contends until `<dir>/stop` exists, riding out a server restart: errors are counted
-/// and retried. Logs `start end generation wrote after_restart` per hold, where `wrote`
-/// is 1 (write applied), 0 (refused) or 2 (outcome unknown: the request failed).
+/// Contends until `<dir>/stop` exists, riding out a server restart (`<dir>/restarted`
+/// says it happened): errors are counted and retried. Reports each hold, with whether
+/// its write was applied and whether it began after the restart, then
+/// `holds=N errors=E`.
 fn role_restart_contender() {
     let lease = child_lease();
-    let dir = child_dir();
-    let mut log = open_log();
+    let dir = path_arg("dir");
     let (mut errors, mut holds) = (0u64, 0u64);
     while !dir.join("stop").exists() {
         let after_restart = dir.join("restarted").exists();
@@ -200,92 +206,75 @@ fn role_restart_contender() {
             Err(_) => 2,
         };
         std::thread::sleep(Duration::from_millis(2));
-        let t1 = mono_ns();
-        log_line(
-            &mut log,
-            &format!(
-                "{t0} {t1} {} {wrote} {}",
-                c.generation(),
-                u8::from(after_restart)
-            ),
-        );
+        let more = format!(" wrote={wrote} after_restart={}", u8::from(after_restart));
+        Hold::report(t0, mono_ns(), c.generation(), &more);
         holds += 1;
         if lease.release(&c).is_err() {
             errors += 1;
         }
     }
-    report(&format!("holds={holds} errors={errors}"));
-}
-
-/// Reads a child's log: whitespace-separated numbers per line.
-fn read_log(dir: &Path, name: &str) -> Vec<Vec<u64>> {
-    std::fs::read_to_string(dir.join(format!("{name}.log")))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            l.split_whitespace()
-                .map(|x| x.parse().expect("log number"))
-                .collect()
-        })
-        .collect()
+    report(format!("holds={holds} errors={errors}"));
 }
 
 /// Holds in start order must not overlap, and their generations must increase.
-fn assert_exclusive(holds: &mut [Vec<u64>]) {
-    holds.sort_by_key(|h| h[0]);
+fn assert_exclusive(holds: &mut [Hold]) {
+    holds.sort_by_key(|h| h.start);
     for w in holds.windows(2) {
         assert!(
-            w[1][0] > w[0][1],
-            "L1: holds overlap: [{}, {}] gen {} and [{}, {}] gen {}",
-            w[0][0],
-            w[0][1],
-            w[0][2],
-            w[1][0],
-            w[1][1],
-            w[1][2]
+            w[1].start > w[0].end,
+            "L1: holds overlap: {:?} and {:?}",
+            w[0],
+            w[1]
         );
         assert!(
-            w[1][2] >= w[0][2],
-            "generations go back in time: {} then {}",
-            w[0][2],
-            w[1][2]
+            w[1].generation >= w[0].generation,
+            "generations go back in time: {:?} then {:?}",
+            w[0],
+            w[1]
         );
     }
+}
+
+/// Children `names` of test `test` in `role` on `key` of `server`, each with `args`
+/// (role argument pairs) and `name`.
+fn children(
+    test: &str,
+    role: &str,
+    server: &EtcdServer,
+    key: &str,
+    names: &[&str],
+    args: &[(&str, String)],
+) -> Vec<Proc> {
+    names
+        .iter()
+        .map(|name| {
+            let mut c = child(test, role, &server.endpoint(), key).arg("name", name);
+            for (k, v) in args {
+                c = c.arg(k, v);
+            }
+            c.spawn()
+        })
+        .collect()
 }
 
 #[test]
 fn two_clients_exclude_each_other() {
     child_dispatch();
     let server = EtcdServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
     let key = "mp/exclusion";
     let n = 25u64;
-    let mut kids: Vec<Kid> = ["a", "b"]
-        .iter()
-        .map(|name| {
-            Kid::spawn(
-                "two_clients_exclude_each_other",
-                "contender",
-                name,
-                &server.endpoint(),
-                dir.path(),
-                key,
-                &[(ROUNDS_VAR, n.to_string())],
-            )
-        })
-        .collect();
-    for k in &mut kids {
-        k.wait_success(Duration::from_secs(120));
-    }
-    let mut holds: Vec<Vec<u64>> = ["a", "b"]
-        .iter()
-        .flat_map(|name| read_log(dir.path(), name))
+    let t = "two_clients_exclude_each_other";
+    let rounds = [("rounds", n.to_string())];
+    let mut kids = children(t, "contender", &server, key, &["a", "b"], &rounds);
+    let mut holds: Vec<Hold> = kids
+        .iter_mut()
+        .flat_map(|k| holds(&k.finish(Duration::from_secs(120))))
         .collect();
     assert_eq!(holds.len() as u64, 2 * n);
     assert_exclusive(&mut holds);
     for w in holds.windows(2) {
         assert!(
-            w[1][2] > w[0][2],
+            w[1].generation > w[0].generation,
             "every hold is a new claim: generations must grow"
         );
     }
@@ -302,18 +291,10 @@ fn two_clients_exclude_each_other() {
 fn sigkilled_holder_is_replaced_after_its_ttl() {
     child_dispatch();
     let server = EtcdServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
     let key = "mp/failover";
-    let mut kid = Kid::spawn(
-        "sigkilled_holder_is_replaced_after_its_ttl",
-        "holder",
-        "holder",
-        &server.endpoint(),
-        dir.path(),
-        key,
-        &[],
-    );
-    let gen_dead = report_u64(&kid.wait_report(Duration::from_secs(60)), "gen");
+    let t = "sigkilled_holder_is_replaced_after_its_ttl";
+    let mut kid = child(t, "holder", &server.endpoint(), key).spawn();
+    let gen_dead = generation(&kid.next_report(Duration::from_secs(60)));
     let lease = EtcdLease::new(&connect(&server.endpoint()), key, 0u64).expect("lease");
     // Alive and keeping its session: the claim holds well past one TTL.
     std::thread::sleep(TTL * 2);
@@ -321,7 +302,7 @@ fn sigkilled_holder_is_replaced_after_its_ttl() {
         lease.try_claim().expect("claim").is_none(),
         "live holder lost its claim"
     );
-    kid.sigkill();
+    kid.kill();
     let killed = Instant::now();
     let c = lease
         .acquire(Duration::from_secs(15))
@@ -347,24 +328,24 @@ fn sigkilled_holder_is_replaced_after_its_ttl() {
     );
 }
 
+/// The `gen` of a child's report.
+fn generation(report: &str) -> u64 {
+    fields(report)["gen"].parse().expect("gen")
+}
+
 #[test]
 fn stale_claims_write_and_release_are_rejected() {
     child_dispatch();
     let server = EtcdServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let key = "mp/stale";
-    let mut kid = Kid::spawn(
-        "stale_claims_write_and_release_are_rejected",
-        "paused",
-        "paused",
-        &server.endpoint(),
-        dir.path(),
-        key,
-        &[],
-    );
-    let gen_old = report_u64(&kid.wait_report(Duration::from_secs(60)), "gen");
+    let t = "stale_claims_write_and_release_are_rejected";
+    let mut kid = child(t, "paused", &server.endpoint(), key)
+        .arg("dir", dir.path())
+        .spawn();
+    let gen_old = generation(&kid.next_report(Duration::from_secs(60)));
     // A holder that stalls (GC pause, SIGSTOP, a VM freeze) stops refreshing its session.
-    kid.signal(rustix::process::Signal::STOP);
+    kid.stop();
     let lease = EtcdLease::new(&connect(&server.endpoint()), key, 0u64).expect("lease");
     let c = lease
         .acquire(Duration::from_secs(15))
@@ -373,14 +354,14 @@ fn stale_claims_write_and_release_are_rejected() {
     assert!(c.generation() > gen_old);
     assert!(lease.write(&c, 7).expect("write"));
     std::fs::write(dir.path().join("go"), "").expect("go file");
-    kid.signal(rustix::process::Signal::CONT);
-    kid.wait_success(Duration::from_secs(60));
-    let after = std::fs::read_to_string(dir.path().join("paused.after")).expect("child report");
+    kid.cont();
+    let after = kid.finish(Duration::from_secs(60));
+    assert_eq!(after.len(), 1, "one report after the stall: {after:?}");
+    let after = fields(&after[0]);
     for field in ["write", "release", "beat", "current", "read"] {
         assert_eq!(
-            common::report_value(&after, field),
-            "false",
-            "the stale holder's {field} was not rejected: {after}"
+            after[field], "false",
+            "the stale holder's {field} was not rejected: {after:?}"
         );
     }
     assert!(
@@ -398,29 +379,17 @@ fn stale_claims_write_and_release_are_rejected() {
 fn semaphore_never_exceeds_max_across_processes() {
     child_dispatch();
     let server = EtcdServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (key, max, workers, n) = ("mp/pool", 2u32, 4, 15u64);
-    let mut kids: Vec<Kid> = (0..workers)
-        .map(|i| {
-            Kid::spawn(
-                "semaphore_never_exceeds_max_across_processes",
-                "sem_worker",
-                &format!("w{i}"),
-                &server.endpoint(),
-                dir.path(),
-                key,
-                &[(ROUNDS_VAR, n.to_string()), (MAX_VAR, max.to_string())],
-            )
-        })
+    let (key, max, n) = ("mp/pool", 2u32, 15u64);
+    let t = "semaphore_never_exceeds_max_across_processes";
+    let workers = ["w0", "w1", "w2", "w3"];
+    let args = [("rounds", n.to_string()), ("max", max.to_string())];
+    let mut kids = children(t, "sem_worker", &server, key, &workers, &args);
+    let holds: Vec<(u64, u64)> = kids
+        .iter_mut()
+        .flat_map(|k| holds(&k.finish(Duration::from_secs(120))))
+        .map(|h| (h.start, h.end))
         .collect();
-    for k in &mut kids {
-        k.wait_success(Duration::from_secs(120));
-    }
-    let holds: Vec<(u64, u64)> = (0..workers)
-        .flat_map(|i| read_log(dir.path(), &format!("w{i}")))
-        .map(|h| (h[0], h[1]))
-        .collect();
-    assert_eq!(holds.len() as u64, workers as u64 * n);
+    assert_eq!(holds.len() as u64, workers.len() as u64 * n);
     let peak = max_overlap(&holds);
     assert!(
         peak <= max as usize,
@@ -434,18 +403,12 @@ fn semaphore_never_exceeds_max_across_processes() {
 fn semaphore_recovers_a_killed_holders_permit() {
     child_dispatch();
     let server = EtcdServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
     let (key, max) = ("mp/recover", 2u32);
-    let mut kid = Kid::spawn(
-        "semaphore_recovers_a_killed_holders_permit",
-        "sem_holder",
-        "holder",
-        &server.endpoint(),
-        dir.path(),
-        key,
-        &[(MAX_VAR, max.to_string())],
-    );
-    kid.wait_report(Duration::from_secs(60));
+    let t = "semaphore_recovers_a_killed_holders_permit";
+    let mut kid = child(t, "sem_holder", &server.endpoint(), key)
+        .arg("max", max.to_string())
+        .spawn();
+    kid.next_report(Duration::from_secs(60));
     let pool = EtcdSemaphore::open(&connect(&server.endpoint()), key, max).expect("pool");
     assert!(pool.try_take().expect("take"), "one permit should be free");
     assert!(
@@ -453,7 +416,7 @@ fn semaphore_recovers_a_killed_holders_permit() {
         "S1: a third permit out of 2"
     );
     assert_eq!(pool.available().expect("available"), 0);
-    kid.sigkill();
+    kid.kill();
     let killed = Instant::now();
     assert!(
         pool.take_timeout(Duration::from_secs(15)).expect("take"),
@@ -475,6 +438,14 @@ fn semaphore_recovers_a_killed_holders_permit() {
     assert_eq!(pool.available().expect("available"), max);
 }
 
+/// Reads holds that `kid` reports into `seen` until `enough` holds there.
+fn holds_until(kid: &mut Proc, seen: &mut Vec<Hold>, enough: impl Fn(&[Hold]) -> bool) {
+    while !enough(seen) {
+        let r = kid.next_report(Duration::from_secs(60));
+        seen.extend(Hold::parse(&r));
+    }
+}
+
 #[test]
 fn etcd_restart_mid_test_keeps_exclusion_and_fencing() {
     child_dispatch();
@@ -488,58 +459,29 @@ fn etcd_restart_mid_test_keeps_exclusion_and_fencing() {
     assert!(old.write(&stale, 100).expect("write"));
     assert!(old.release(&stale).expect("release"));
 
-    let mut kids: Vec<Kid> = ["a", "b"]
-        .iter()
-        .map(|name| {
-            Kid::spawn(
-                "etcd_restart_mid_test_keeps_exclusion_and_fencing",
-                "restart_contender",
-                name,
-                &endpoint,
-                dir.path(),
-                key,
-                &[],
-            )
-        })
-        .collect();
+    let t = "etcd_restart_mid_test_keeps_exclusion_and_fencing";
+    let dir_arg = [("dir", dir.path().display().to_string())];
+    let mut kids = children(t, "restart_contender", &server, key, &["a", "b"], &dir_arg);
+    let mut seen = vec![Vec::new(), Vec::new()];
     // Let them contend, then crash the server (SIGKILL) and start it on the same data.
-    let contended = |min: usize| {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while ["a", "b"]
-            .iter()
-            .map(|n| read_log(dir.path(), n).len())
-            .min()
-            .unwrap_or(0)
-            < min
-        {
-            assert!(Instant::now() < deadline, "children made no progress");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
-    contended(5);
+    for (k, s) in kids.iter_mut().zip(&mut seen) {
+        holds_until(k, s, |h| h.len() >= 5);
+    }
     server.kill();
     std::thread::sleep(Duration::from_millis(500));
     server.restart();
     std::fs::write(dir.path().join("restarted"), "").expect("marker");
     // Both make progress again after the restart.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ["a", "b"]
-        .iter()
-        .any(|n| read_log(dir.path(), n).iter().filter(|h| h[4] == 1).count() < 5)
-    {
-        assert!(Instant::now() < deadline, "no progress after the restart");
-        std::thread::sleep(Duration::from_millis(10));
+    for (k, s) in kids.iter_mut().zip(&mut seen) {
+        holds_until(k, s, |h| h.iter().filter(|h| h.after_restart).count() >= 5);
     }
     std::fs::write(dir.path().join("stop"), "").expect("stop");
-    for k in &mut kids {
-        k.wait_success(Duration::from_secs(60));
+    for (k, s) in kids.iter_mut().zip(&mut seen) {
+        s.extend(holds(&k.finish(Duration::from_secs(60))));
     }
 
-    let mut holds: Vec<Vec<u64>> = ["a", "b"]
-        .iter()
-        .flat_map(|name| read_log(dir.path(), name))
-        .collect();
-    let (applied, unknown) = holds.iter().fold((0, 0), |(a, u), h| match h[3] {
+    let mut holds: Vec<Hold> = seen.concat();
+    let (applied, unknown) = holds.iter().fold((0, 0), |(a, u), h| match h.wrote {
         1 => (a + 1, u),
         2 => (a, u + 1),
         _ => (a, u),
@@ -555,13 +497,13 @@ fn etcd_restart_mid_test_keeps_exclusion_and_fencing() {
         !old.release(&stale).expect("stale release"),
         "stale release accepted"
     );
-    assert!(holds.iter().all(|h| h[2] > stale.generation()));
+    assert!(holds.iter().all(|h| h.generation > stale.generation()));
     let fresh = EtcdLease::new(&connect(&endpoint), key, 0u64).expect("lease");
     let c = fresh
         .acquire(Duration::from_secs(10))
         .expect("acquire")
         .expect("vacant after the children");
-    assert!(c.generation() > holds.iter().map(|h| h[2]).max().unwrap_or(0));
+    assert!(c.generation() > holds.iter().map(|h| h.generation).max().unwrap_or(0));
     let v = fresh.read(&c).expect("read").expect("holder reads");
     assert!(
         (100 + applied..=100 + applied + unknown).contains(&v),

@@ -11,48 +11,18 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
-use common::{
-    DIR_VAR, ENDPOINT_VAR, EtcdServer, NAME_VAR, ROLE_VAR, child_dir, child_wait_for_file, env,
-    max_overlap, mono_ns, publish, role,
-};
+use common::{EtcdServer, etcdctl_command, etcdctl_elect, max_overlap, mono_ns, wait_printed};
 use cxc_etcd::{Etcd, EtcdLease, EtcdOptions, FencedLease};
+use cxc_testkit::{
+    Proc, REPORT_PREFIX, RoleCommand, arg, fields, path_arg, report, role, wait_for_path,
+};
 
-fn etcdctl_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("CXC_ETCDCTL_BIN") {
-        return PathBuf::from(p);
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("etcdctl"))
-            .find(|p| p.is_file())
-    });
-    let bin = on_path.unwrap_or_else(|| PathBuf::from("/usr/bin/etcdctl"));
-    assert!(
-        bin.is_file(),
-        "the interop tests need `etcdctl` (looked at $CXC_ETCDCTL_BIN, PATH, \
-         /usr/bin/etcdctl). Install it with `scripts/install-deps.sh` (Debian package \
-         etcd-client)."
-    );
-    bin
-}
-
-/// An `etcdctl` process, SIGKILLed and reaped on drop (a failed test leaves none behind).
-struct Etcdctl(Child);
-
-impl Drop for Etcdctl {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
-}
-
-/// `etcdctl lock <name>` running this binary's test `test` as `role`, child `name`.
+/// `etcdctl lock <lock>` running this binary's test `test` in `role`, as child `name`
+/// that works in `dir`. The child's reports come through etcdctl's stdout.
 fn etcdctl_lock(
     endpoint: &str,
     lock: &str,
@@ -60,73 +30,45 @@ fn etcdctl_lock(
     role: &str,
     name: &str,
     dir: &Path,
-) -> Etcdctl {
-    let exe = std::env::current_exe().expect("current_exe");
-    let child = Command::new(etcdctl_binary())
-        .arg(format!("--endpoints={endpoint}"))
-        .arg("lock")
-        .arg(lock)
-        // etcdctl parses flags after the name; `--` ends them.
-        .arg("--")
-        .arg(exe)
-        .args([test, "--exact", "--test-threads=1"])
-        .env("ETCDCTL_API", "3")
-        .env(ROLE_VAR, role)
-        .env(DIR_VAR, dir)
-        .env(NAME_VAR, name)
-        .env(ENDPOINT_VAR, endpoint)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn etcdctl");
-    Etcdctl(child)
-}
-
-fn wait_exit(child: &mut Etcdctl, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(s) = child.0.try_wait().expect("try_wait") {
-            assert!(s.success(), "etcdctl lock failed: {s}");
-            return;
+) -> Proc {
+    let inner: Command = RoleCommand::new(test, role)
+        .arg("endpoint", endpoint)
+        .arg("name", name)
+        .arg("dir", dir)
+        .into_command();
+    // etcdctl parses flags after the name; `--` ends them.
+    let mut cmd = etcdctl_command(endpoint, &["lock", lock, "--"]);
+    cmd.arg(inner.get_program()).args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
         }
-        if Instant::now() > deadline {
-            panic!("etcdctl lock did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
+    Proc::spawn(
+        cmd,
+        &format!("etcdctl lock {lock} running {name} as {role}"),
+    )
 }
 
 /// If this process runs under `etcdctl lock`, plays its role and exits.
 fn child_dispatch() {
     let Some(role) = role() else { return };
-    let key = env("ETCD_LOCK_KEY");
+    let key = std::env::var("ETCD_LOCK_KEY").expect("run by etcdctl lock");
     // The fencing token of etcdctl's hold: its key's create revision (ETCD_LOCK_REV is
     // the revision of the response that acquired the lock, not the key's).
-    let rev = create_revision(&env(ENDPOINT_VAR), &key);
-    let dir = child_dir();
-    let name = env(NAME_VAR);
+    let rev = create_revision(&arg("endpoint"), &key);
     match role.as_str() {
-        // Holds 30 ms; appends `start end rev` to `<name>.log`.
+        // Holds 30 ms; reports `start end rev`.
         "hold" => {
             let t0 = mono_ns();
             std::thread::sleep(Duration::from_millis(30));
-            let t1 = mono_ns();
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(format!("{name}.log")))
-                .expect("log");
-            writeln!(f, "{t0} {t1} {rev}").expect("log");
+            report(format!("start={t0} end={} rev={rev}", mono_ns()));
         }
-        // Says it holds (`<name>.holding`: rev and key), then waits for `<name>.go`.
+        // Says it holds (rev and key), then waits for `<dir>/<name>.go`.
         "linger" => {
-            publish(
-                &dir.join(format!("{name}.holding")),
-                &format!("{rev} {key}"),
-            );
-            child_wait_for_file(&dir.join(format!("{name}.go")));
+            report(format!("rev={rev} key={key}"));
+            let go = path_arg("dir").join(format!("{}.go", arg("name")));
+            assert!(wait_for_path(&go, common::CHILD_PATIENCE), "no go");
         }
         other => panic!("unknown role {other:?}"),
     }
@@ -157,21 +99,6 @@ fn lease(server: &EtcdServer, name: &str) -> EtcdLease<u64> {
     EtcdLease::new(&etcd, name, 0).expect("lease")
 }
 
-fn wait_file(path: &Path, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} not written within {timeout:?}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// 8 `etcdctl lock` holds and 8 `EtcdLease` holds on one name, contending: no two holds
 /// overlap, and ordered by time their fencing tokens increase.
 #[test]
@@ -184,17 +111,17 @@ fn etcdctl_lock_and_etcd_lease_never_hold_at_once() {
     let endpoint = server.endpoint();
     let dir_path = dir.path().to_path_buf();
     let etcdctl = std::thread::spawn(move || {
-        for _ in 0..rounds {
-            let mut c = etcdctl_lock(
-                &endpoint,
-                name,
-                "etcdctl_lock_and_etcd_lease_never_hold_at_once",
-                "hold",
-                "etcdctl",
-                &dir_path,
-            );
-            wait_exit(&mut c, Duration::from_secs(60));
-        }
+        let test = "etcdctl_lock_and_etcd_lease_never_hold_at_once";
+        (0..rounds)
+            .map(|_| {
+                let mut c = etcdctl_lock(&endpoint, name, test, "hold", "etcdctl", &dir_path);
+                let reports = c.finish(Duration::from_secs(60));
+                assert_eq!(reports.len(), 1, "one hold per etcdctl lock: {reports:?}");
+                let f = fields(&reports[0]);
+                let num = |k: &str| -> u64 { f[k].parse().expect("a number") };
+                (num("start"), num("end"), num("rev"))
+            })
+            .collect::<Vec<_>>()
     });
     let lease = lease(&server, name);
     let mut holds: Vec<(u64, u64, u64)> = Vec::new();
@@ -210,18 +137,7 @@ fn etcdctl_lock_and_etcd_lease_never_hold_at_once() {
         assert!(lease.release(&c).expect("release"));
         std::thread::sleep(Duration::from_millis(20));
     }
-    etcdctl.join().expect("etcdctl thread");
-    let theirs: Vec<(u64, u64, u64)> = std::fs::read_to_string(dir.path().join("etcdctl.log"))
-        .expect("etcdctl holds")
-        .lines()
-        .map(|l| {
-            let v: Vec<u64> = l
-                .split_whitespace()
-                .map(|x| x.parse().expect("number"))
-                .collect();
-            (v[0], v[1], v[2])
-        })
-        .collect();
+    let theirs = etcdctl.join().expect("etcdctl thread");
     assert_eq!(theirs.len(), rounds);
     holds.extend(theirs);
     let intervals: Vec<(u64, u64)> = holds.iter().map(|h| (h.0, h.1)).collect();
@@ -253,24 +169,19 @@ fn etcdctl_lock_waits_for_etcd_lease_and_back() {
     let mut waiting = etcdctl_lock(&server.endpoint(), name, test, "linger", "a", dir.path());
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
-        !dir.path().join("a.holding").exists(),
+        !waiting.stdout().contains(REPORT_PREFIX),
         "etcdctl lock ran while an EtcdLease held the name"
     );
     assert!(lease.release(&ours).expect("release"));
-    let held = wait_file(&dir.path().join("a.holding"), Duration::from_secs(10));
-    let rev: u64 = held
-        .split_whitespace()
-        .next()
-        .expect("rev")
-        .parse()
-        .expect("rev");
+    let held = waiting.next_report(Duration::from_secs(10));
+    let rev: u64 = fields(&held)["rev"].parse().expect("rev");
     assert!(
         rev > ours.generation(),
         "etcdctl's token {rev} after ours {}",
         ours.generation()
     );
     assert!(
-        held.contains(&format!("{name}/")),
+        fields(&held)["key"].starts_with(&format!("{name}/")),
         "etcdctl's key is under the name: {held}"
     );
 
@@ -284,8 +195,8 @@ fn etcdctl_lock_waits_for_etcd_lease_and_back() {
             !acquirer.is_finished(),
             "acquire returned while etcdctl held"
         );
-        publish(&dir.path().join("a.go"), "");
-        wait_exit(&mut waiting, Duration::from_secs(10));
+        std::fs::write(dir.path().join("a.go"), "").expect("go file");
+        waiting.finish(Duration::from_secs(10));
         acquirer.join().expect("acquirer")
     });
     let claim = released.expect("acquire").expect("the lease after etcdctl");
@@ -294,77 +205,35 @@ fn etcdctl_lock_waits_for_etcd_lease_and_back() {
     assert!(lease.release(&claim).expect("release"));
 }
 
-/// `etcdctl elect <name> <proposal>` (etcd's `concurrency.Election`) with its output in
-/// `out`; SIGKILLed on drop.
-fn etcdctl_elect(endpoint: &str, args: &[&str], out: &Path) -> Etcdctl {
-    let child = Command::new(etcdctl_binary())
-        .arg(format!("--endpoints={endpoint}"))
-        .arg("elect")
-        .args(args)
-        .env("ETCDCTL_API", "3")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(out).expect("output file"))
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn etcdctl");
-    Etcdctl(child)
-}
-
 /// Elections use the same layout: `etcdctl elect -l` sees an `EtcdLease` holder as the
 /// leader (its key and `host:pid`), a campaign waits until the lease is released, and
 /// then the lease sees the elected proposal as its holder.
 #[test]
 fn etcdctl_elect_sees_the_etcd_lease_holder_as_leader() {
-    child_dispatch();
     let server = EtcdServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
     let name = "interop/elect";
     let lease = lease(&server, name);
     let ours = lease.try_claim().expect("claim").expect("vacant");
     let tag = lease.holder().expect("holder").expect("held").0;
 
-    let observed = dir.path().join("observe.out");
-    let observer = etcdctl_elect(&server.endpoint(), &["-l", name], &observed);
-    let seen = {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let s = std::fs::read_to_string(&observed).unwrap_or_default();
-            if s.contains(&tag) {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcdctl elect -l printed {s:?}, not {tag:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
+    let mut observer = etcdctl_elect(&server.endpoint(), &["-l", name]);
+    wait_printed(&mut observer, &tag, Duration::from_secs(10));
+    let seen = observer.stdout();
     assert!(
         seen.contains(&format!("{name}/{:x}", ours.session())),
         "{seen}"
     );
     drop(observer);
 
-    let campaign = dir.path().join("campaign.out");
-    let _candidate = etcdctl_elect(&server.endpoint(), &[name, "go-proposal"], &campaign);
+    let mut candidate = etcdctl_elect(&server.endpoint(), &[name, "go-proposal"]);
     std::thread::sleep(Duration::from_millis(1500));
-    let early = std::fs::read_to_string(&campaign).unwrap_or_default();
+    let early = candidate.stdout();
     assert!(
         !early.contains("go-proposal"),
         "elected while the lease was held: {early:?}"
     );
     assert!(lease.release(&ours).expect("release"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&campaign)
-        .unwrap_or_default()
-        .contains("go-proposal")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "etcdctl elect not elected after the release"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_printed(&mut candidate, "go-proposal", Duration::from_secs(10));
     assert_eq!(
         lease.try_claim().expect("claim"),
         None,

@@ -12,9 +12,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{EtcdServer, Kid, report_u64, role};
+use common::{EtcdServer, child, linger};
 use cxc_etcd::{Etcd, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, PermitPool};
 use cxc_sync::{LeaseOptions, MmapLease, OwnerLease, Preemption, SharedSemaphore};
+use cxc_testkit::{arg, fields, in_role, report};
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -96,21 +97,14 @@ fn fmt(d: (Duration, Duration)) -> String {
 
 #[test]
 fn latencies() {
-    if let Some(r) = role() {
-        assert_eq!(r, "holder");
-        let lease = EtcdLease::new(
-            &connect(&common::env(common::ENDPOINT_VAR)),
-            "lat/failover",
-            0u64,
-        )
-        .expect("lease");
+    if in_role("holder") {
+        let lease = EtcdLease::new(&connect(&arg("endpoint")), &arg("key"), 0u64).expect("lease");
         let c = lease
             .acquire(Duration::from_secs(30))
             .unwrap()
             .expect("claim");
-        common::report(&format!("gen={}", c.generation()));
-        std::thread::sleep(common::CHILD_PATIENCE);
-        std::process::exit(5);
+        report(format!("gen={}", c.generation()));
+        linger();
     }
     let out = std::env::var_os("CXC_ETCD_LATENCY_OUT");
     let (n, failovers) = if out.is_some() { (300, 5) } else { (20, 1) };
@@ -153,24 +147,16 @@ fn latencies() {
     });
 
     // Failover: SIGKILL a holder process, time until a blocked acquire gets the lease.
-    let kids_dir = tempfile::tempdir().expect("tempdir");
     let watcher = EtcdLease::new(&connect(&endpoint), "lat/failover", 0u64).expect("lease");
     let mut fo = Vec::new();
     for i in 0..failovers {
-        let name = format!("holder{i}");
-        let mut kid = Kid::spawn(
-            "latencies",
-            "holder",
-            &name,
-            &endpoint,
-            kids_dir.path(),
-            "lat/failover",
-            &[],
-        );
-        let g = report_u64(&kid.wait_report(Duration::from_secs(60)), "gen");
+        let mut kid = child("latencies", "holder", &endpoint, "lat/failover").spawn();
+        let g: u64 = fields(&kid.next_report(Duration::from_secs(60)))["gen"]
+            .parse()
+            .expect("gen");
         // Let the keep-alive cycle run a little, so the kill lands at a random phase.
         std::thread::sleep(Duration::from_millis(500 + 137 * i as u64));
-        kid.sigkill();
+        kid.kill();
         let killed = Instant::now();
         let c = watcher
             .acquire(Duration::from_secs(15))

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::EtcdServer;
 use cxc_etcd::{
-    Etcd, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, KeepAlive, PermitPool,
+    Etcd, EtcdClaim, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, KeepAlive,
+    PermitPool,
 };
 
 const TTL: Duration = Duration::from_secs(1);
@@ -17,12 +18,23 @@ fn connect(server: &EtcdServer, keep_alive: KeepAlive) -> Etcd {
     Etcd::connect(&[server.endpoint()], opts).expect("connect")
 }
 
+/// A holder `a` whose session is kept alive as `keep_alive` says, its claim on `name`,
+/// and a rival `b` kept alive in the background; each on its own connection.
+fn holder_and_rival(
+    server: &EtcdServer,
+    name: &str,
+    keep_alive: KeepAlive,
+) -> (EtcdLease<u64>, EtcdClaim, EtcdLease<u64>) {
+    let a = EtcdLease::new(&connect(server, keep_alive), name, 0u64).expect("a");
+    let b = EtcdLease::new(&connect(server, KeepAlive::Background), name, 0u64).expect("b");
+    let claim = a.try_claim().expect("claim").expect("vacant");
+    (a, claim, b)
+}
+
 #[test]
 fn beat_driven_holder_that_stops_beating_is_replaced() {
     let server = EtcdServer::start();
-    let a = EtcdLease::new(&connect(&server, KeepAlive::OnBeat), "s/beat", 0u64).expect("a");
-    let b = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/beat", 0u64).expect("b");
-    let ca = a.try_claim().expect("claim").expect("vacant");
+    let (a, ca, b) = holder_and_rival(&server, "s/beat", KeepAlive::OnBeat);
     // The process is alive, but it does not beat: the claim lapses after the TTL.
     let t = Instant::now();
     let cb = b
@@ -53,9 +65,7 @@ fn beat_driven_holder_that_stops_beating_is_replaced() {
 #[test]
 fn beating_keeps_a_beat_driven_claim() {
     let server = EtcdServer::start();
-    let a = EtcdLease::new(&connect(&server, KeepAlive::OnBeat), "s/keep", 0u64).expect("a");
-    let b = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/keep", 0u64).expect("b");
-    let c = a.try_claim().expect("claim").expect("vacant");
+    let (a, c, b) = holder_and_rival(&server, "s/keep", KeepAlive::OnBeat);
     let until = Instant::now() + TTL * 3;
     while Instant::now() < until {
         assert!(a.beat(&c).expect("beat"), "a beating holder lost its claim");
@@ -71,9 +81,7 @@ fn beating_keeps_a_beat_driven_claim() {
 #[test]
 fn background_keep_alive_holds_a_silent_claim() {
     let server = EtcdServer::start();
-    let a = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/bg", 0u64).expect("a");
-    let b = EtcdLease::new(&connect(&server, KeepAlive::Background), "s/bg", 0u64).expect("b");
-    let c = a.try_claim().expect("claim").expect("vacant");
+    let (a, c, b) = holder_and_rival(&server, "s/bg", KeepAlive::Background);
     std::thread::sleep(TTL * 3);
     assert!(
         b.try_claim().expect("claim").is_none(),
@@ -154,10 +162,7 @@ fn wrong_payload_size_is_a_decode_error() {
 #[test]
 fn an_unreachable_server_is_an_error_not_a_hang() {
     // A port nobody listens on (bound, then closed).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port();
+    let port = common::etcd::free_port();
     let opts = EtcdOptions::default()
         .request_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(200));
@@ -226,11 +231,7 @@ fn a_hung_server_is_a_timeout() {
 #[test]
 fn a_timed_out_write_leaves_the_version_unknown_until_a_read() {
     let server = EtcdServer::start();
-    let etcd = connect(&server, KeepAlive::Background);
-    let a = EtcdLease::new(&etcd, "s/version", 0u64).expect("lease");
-    let b =
-        EtcdLease::new(&connect(&server, KeepAlive::Background), "s/version", 0u64).expect("lease");
-    let claim = a.try_claim().expect("claim").expect("vacant");
+    let (a, claim, b) = holder_and_rival(&server, "s/version", KeepAlive::Background);
     assert!(a.write(&claim, 1).expect("write"));
     // Another handle using the same claim must read before it writes.
     assert!(matches!(

@@ -11,6 +11,8 @@
 //!   leaves no orphan. [`Proc::spawn`] wraps any [`std::process::Command`].
 //! - [`fields`] parses a `key=value key=value` report.
 //! - [`wait_until`] and [`wait_for_path`] poll a condition up to a deadline.
+//! - [`find_program`] finds a program a test runs; [`all_threads_in_state`] reads a
+//!   process's threads' states.
 //! - [`Rng`] is the one seeded generator (SplitMix64); [`Rng::for_test`] prints its seed
 //!   (shown when the test fails) and takes it back from [`SEED_VAR`] to replay a run.
 //!
@@ -41,11 +43,13 @@
 
 #![forbid(unsafe_code)]
 
+mod host;
 mod proc;
 mod rng;
 mod role;
 mod wait;
 
+pub use host::{all_threads_in_state, find_program};
 pub use proc::{Proc, RoleCommand, spawn_role};
 pub use rng::{Rng, SEED_VAR, mix};
 pub use role::{

@@ -1,43 +1,58 @@
-//! A real 3-member etcd cluster on loopback for tests: members started on free ports in
-//! one temporary directory, each with its own data dir, and stopped by pid (SIGSTOP /
-//! SIGCONT to hang and resume a member, SIGKILL to crash it). All members are SIGKILLed
-//! on drop.
+//! Real etcd servers for tests and examples: [`EtcdCluster`] starts `n` members on free
+//! loopback ports in one temporary directory, each with its own data dir, and handles
+//! them by pid (SIGSTOP / SIGCONT to hang and resume a member, SIGKILL to crash it);
+//! [`EtcdServer`] is a cluster of one. Every member is SIGKILLed on drop.
+//!
+//! The binary is `$CXC_ETCD_BIN`, else `etcd` on `PATH`, else `/usr/bin/etcd`. If none
+//! exists, starting fails loudly: `scripts/install-deps.sh` installs it.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::server::{etcd_binary, free_port};
+use cxc_testkit::{Proc, all_threads_in_state, find_program, wait_until};
 
-/// How long the cluster may take to elect a leader and report healthy.
+/// How long a (re)started cluster may take to elect a leader and report healthy.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-struct MemberProc {
+/// The etcd binary, or a panic that says how to install it.
+pub fn etcd_binary() -> PathBuf {
+    find_program("CXC_ETCD_BIN", "etcd").unwrap_or_else(|| {
+        panic!(
+            "the etcd tests need a real etcd server, and no `etcd` binary was found (looked \
+             at $CXC_ETCD_BIN, PATH, /usr/bin/etcd). Install it with \
+             `scripts/install-deps.sh` (Debian package etcd-server), or point CXC_ETCD_BIN \
+             at an etcd 3.4+ binary."
+        )
+    })
+}
+
+/// A free loopback port (bound, then closed).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free loopback port")
+        .port()
+}
+
+struct Member {
     name: String,
     client_port: u16,
     peer_port: u16,
-    child: Option<Child>,
+    proc: Option<Proc>,
     stopped: bool,
     starts: u32,
 }
 
 /// A running etcd cluster on 127.0.0.1.
 pub struct EtcdCluster {
-    members: Vec<MemberProc>,
+    members: Vec<Member>,
     dir: tempfile::TempDir,
     bin: PathBuf,
     token: String,
-}
-
-fn signal(child: &Child, sig: rustix::process::Signal) {
-    let pid = i32::try_from(child.id())
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .expect("member pid");
-    rustix::process::kill_process(pid, sig).expect("signal member");
 }
 
 impl EtcdCluster {
@@ -45,7 +60,7 @@ impl EtcdCluster {
     pub fn start(n: usize) -> EtcdCluster {
         let bin = etcd_binary();
         let dir = tempfile::Builder::new()
-            .prefix("cxc-etcd-cluster-")
+            .prefix("cxc-etcd-")
             .tempdir()
             .expect("temporary dir");
         let mut ports = Vec::new();
@@ -56,11 +71,11 @@ impl EtcdCluster {
             }
         }
         let members = (0..n)
-            .map(|i| MemberProc {
+            .map(|i| Member {
                 name: format!("m{i}"),
                 client_port: ports[2 * i],
                 peer_port: ports[2 * i + 1],
-                child: None,
+                proc: None,
                 stopped: false,
                 starts: 0,
             })
@@ -79,7 +94,7 @@ impl EtcdCluster {
         c
     }
 
-    /// The client URL of member `i`.
+    /// The client URL of member `i`, e.g. `http://127.0.0.1:40123`.
     pub fn endpoint(&self, i: usize) -> String {
         format!("http://127.0.0.1:{}", self.members[i].client_port)
     }
@@ -89,9 +104,13 @@ impl EtcdCluster {
         (0..self.members.len()).map(|i| self.endpoint(i)).collect()
     }
 
+    fn proc(&self, i: usize) -> &Proc {
+        self.members[i].proc.as_ref().expect("member running")
+    }
+
     /// The pid of member `i`'s process.
     pub fn pid(&self, i: usize) -> u32 {
-        self.members[i].child.as_ref().expect("member running").id()
+        self.proc(i).pid()
     }
 
     fn initial_cluster(&self) -> String {
@@ -105,15 +124,22 @@ impl EtcdCluster {
     fn spawn(&mut self, i: usize) {
         let initial = self.initial_cluster();
         let client = self.endpoint(i);
+        // Raft timers: a single member elects itself at once, and short timers let etcd
+        // accept 1 s lease TTLs (its minimum TTL is 1.5 × the election timeout, rounded
+        // up to seconds). A cluster gets timers for a loaded 2-core machine: elections
+        // after 500 ms of silence; the minimum lease TTL is then 1 s (TTLs of 2 s are
+        // honoured).
+        let (heartbeat, election) = if self.members.len() == 1 {
+            ("10", "100")
+        } else {
+            ("50", "500")
+        };
         let m = &mut self.members[i];
         m.starts += 1;
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let log =
-            std::fs::File::create(self.dir.path().join(format!("{}-{}.log", m.name, m.starts)))
-                .expect("etcd log file");
         let data = self.dir.path().join(format!("{}.data", m.name));
-        let child = Command::new(&self.bin)
-            .arg("--name")
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--name")
             .arg(&m.name)
             .arg("--data-dir")
             .arg(&data)
@@ -131,27 +157,25 @@ impl EtcdCluster {
             .arg("new")
             .arg("--initial-cluster-token")
             .arg(&self.token)
-            // Raft timers for a loaded 2-core machine: elections after 500 ms of
-            // silence; the minimum lease TTL is then 1 s (TTLs of 2 s are honoured).
             .arg("--heartbeat-interval")
-            .arg("50")
+            .arg(heartbeat)
             .arg("--election-timeout")
-            .arg("500")
+            .arg(election)
             .arg("--logger")
             .arg("zap")
             .arg("--log-level")
             .arg("warn")
-            .env_remove("ETCDCTL_API")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
-        m.child = Some(child);
+            .env_remove("ETCDCTL_API");
+        let what = format!("etcd member {} (start {})", m.name, m.starts);
+        m.proc = Some(Proc::spawn(cmd, &what));
         m.stopped = false;
     }
 
     /// Waits until the members `which` are healthy (each has a leader and answers).
+    ///
+    /// # Panics
+    ///
+    /// If one exits or is not healthy in time; the message holds its log.
     pub fn wait_healthy(&mut self, which: &[usize]) {
         let deadline = Instant::now() + START_TIMEOUT;
         for &i in which {
@@ -159,14 +183,17 @@ impl EtcdCluster {
                 if self.healthy(i) {
                     break;
                 }
-                if let Some(c) = self.members[i].child.as_mut() {
-                    if let Ok(Some(status)) = c.try_wait() {
-                        panic!("etcd member {i} exited ({status})");
+                let m = &mut self.members[i];
+                if let Some(p) = m.proc.as_mut() {
+                    if let Some(status) = p.try_wait() {
+                        panic!("etcd {} exited ({status}); log:\n{}", m.name, p.stderr());
                     }
                 }
                 assert!(
                     Instant::now() < deadline,
-                    "etcd member {i} not healthy within {START_TIMEOUT:?}"
+                    "etcd {} not healthy within {START_TIMEOUT:?}; log:\n{}",
+                    m.name,
+                    m.proc.as_ref().map(|p| p.stderr()).unwrap_or_default()
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -197,8 +224,8 @@ impl EtcdCluster {
     pub fn leader(&self) -> usize {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            for i in 0..self.members.len() {
-                if self.members[i].child.is_none() || self.members[i].stopped {
+            for (i, m) in self.members.iter().enumerate() {
+                if m.proc.is_none() || m.stopped {
                     continue;
                 }
                 if self
@@ -214,39 +241,28 @@ impl EtcdCluster {
     }
 
     /// Hangs member `i` (SIGSTOP): its sockets stay open, nothing answers. Returns once
-    /// every thread of the member is stopped (`kill` only starts the group stop: a
-    /// thread that is running may still serve a request for a moment).
+    /// every thread of the member is stopped.
     pub fn hang(&mut self, i: usize) {
         let pid = self.pid(i);
-        signal(
-            self.members[i].child.as_ref().expect("member running"),
-            rustix::process::Signal::STOP,
-        );
+        self.proc(i).stop();
         self.members[i].stopped = true;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !all_threads_stopped(pid) {
-            assert!(
-                Instant::now() < deadline,
-                "member {i} (pid {pid}) not stopped within 5 s of SIGSTOP"
-            );
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        assert!(
+            wait_until(Duration::from_secs(5), || all_threads_in_state(pid, 'T')),
+            "member {i} (pid {pid}) not stopped within 5 s of SIGSTOP"
+        );
     }
 
     /// Resumes a hung member (SIGCONT).
     pub fn resume(&mut self, i: usize) {
-        signal(
-            self.members[i].child.as_ref().expect("member running"),
-            rustix::process::Signal::CONT,
-        );
+        self.proc(i).cont();
         self.members[i].stopped = false;
     }
 
-    /// SIGKILLs member `i` and reaps it.
+    /// SIGKILLs member `i` (a crash: nothing is flushed beyond what etcd already synced)
+    /// and reaps it.
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.members[i].child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(mut p) = self.members[i].proc.take() {
+            p.kill();
         }
         self.members[i].stopped = false;
     }
@@ -258,32 +274,28 @@ impl EtcdCluster {
     }
 }
 
-/// Whether every thread of `pid` is in the stopped state (`T` in `/proc/PID/task/*/stat`).
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    let mut any = false;
-    for t in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-            return false;
-        };
-        // The state follows the parenthesised command name.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
-        if state != Some('T') {
-            return false;
-        }
-        any = true;
-    }
-    any
-}
+/// A running single-member etcd on 127.0.0.1.
+pub struct EtcdServer(EtcdCluster);
 
-impl Drop for EtcdCluster {
-    fn drop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
+impl EtcdServer {
+    /// Starts a fresh server and waits until it is healthy.
+    pub fn start() -> EtcdServer {
+        EtcdServer(EtcdCluster::start(1))
+    }
+
+    /// The client URL, e.g. `http://127.0.0.1:40123`.
+    pub fn endpoint(&self) -> String {
+        self.0.endpoint(0)
+    }
+
+    /// SIGKILLs the server and reaps it.
+    pub fn kill(&mut self) {
+        self.0.kill(0);
+    }
+
+    /// Starts the server again on the same data dir and ports; waits until healthy.
+    pub fn restart(&mut self) {
+        self.0.restart(0);
+        self.0.wait_healthy(&[0]);
     }
 }

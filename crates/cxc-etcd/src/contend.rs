@@ -1,0 +1,266 @@
+//! The contender queue under `N/` that [`EtcdLease`](crate::EtcdLease) and
+//! [`EtcdElection`](crate::EtcdElection) share: the layout of etcd's concurrency package
+//! (`concurrency.Mutex` and `concurrency.Election`, `etcdctl lock` and `etcdctl elect`).
+//!
+//! Each handle contends with one key `N/<session hex>`, created under its session; the
+//! key with the lowest create revision is first (holds the lease, leads the election),
+//! and that create revision is the fencing token.
+//!
+//! - **attempt**: `txn(create_revision(N/<s>) == 0) then put(N/<s>, value, lease = s),
+//!   get(first N/ by create), reads... else get(N/<s>), get(first N/ by create),
+//!   reads...`. First iff our key is the first. If not, our key is deleted again (as
+//!   `concurrency.Mutex::TryLock` does), fenced by its create revision, and the first
+//!   key looked at once more in the same step.
+//! - **wait**: a blocked contender watches the first key for its deletion (release,
+//!   resignation or session expiry), then attempts again.
+
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
+
+use crate::conn::{Etcd, key_str};
+use crate::error::EtcdError;
+use crate::session::Session;
+use crate::txn::{
+    check_name, exists_as, fenced, fenced_delete, first_created, lease_not_found, nth_get, revision,
+};
+use crate::wait::{MAX_WAIT, wait_for_delete};
+
+/// One handle's place in the queue of name `N`: its connection, its session and `N/`.
+#[derive(Debug)]
+pub(crate) struct Contender {
+    pub(crate) etcd: Etcd,
+    pub(crate) session: Session,
+    /// `N/`: the contender prefix.
+    prefix: Vec<u8>,
+}
+
+/// Our key is first: its create revision and session, and the transaction's response
+/// (the caller's reads are its gets from index `reads_at` on).
+pub(crate) struct First {
+    pub(crate) created: i64,
+    pub(crate) session: i64,
+    pub(crate) resp: TxnResponse,
+    pub(crate) reads_at: usize,
+}
+
+/// Someone else is first: its key `owner`, seen at store revision `rev` (the latest
+/// revision, so a watch from `rev + 1` starts in sync and gets the delete at once);
+/// `still_held`: `owner` still existed at `rev`.
+pub(crate) struct Held {
+    owner: Vec<u8>,
+    rev: i64,
+    still_held: bool,
+}
+
+impl Contender {
+    /// The queue of name `name` on `etcd`, with a new session kept alive as the
+    /// connection says. No request is made.
+    ///
+    /// # Errors
+    /// [`EtcdError::InvalidOption`] for an empty name.
+    pub(crate) fn new(etcd: &Etcd, name: &str) -> Result<Self, EtcdError> {
+        check_name(name)?;
+        Ok(Contender {
+            etcd: etcd.clone(),
+            session: Session::new(etcd, etcd.options().keep_alive),
+            prefix: format!("{name}/").into_bytes(),
+        })
+    }
+
+    /// `N/`, for messages.
+    pub(crate) fn prefix(&self) -> String {
+        key_str(&self.prefix)
+    }
+
+    /// The contender key of session `s`: `N/<s in lowercase hex>`, as etcd's
+    /// `concurrency.Mutex` names it.
+    pub(crate) fn key_of(&self, session: i64) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.extend_from_slice(format!("{session:x}").as_bytes());
+        key
+    }
+
+    /// The first key's value and create revision, `None` when nobody contends.
+    ///
+    /// # Errors
+    /// If the server cannot be reached.
+    pub(crate) fn first(&self, op: &'static str) -> Result<Option<(String, u64)>, EtcdError> {
+        let resp = self.etcd.get(op, &self.prefix, Some(first_created()))?;
+        Ok(resp.kvs().first().map(|kv| {
+            (
+                String::from_utf8_lossy(kv.value()).into_owned(),
+                kv.create_revision() as u64,
+            )
+        }))
+    }
+
+    /// `txn(create_revision(N/<session>) == created ∧ extra) then ops else else_ops`.
+    pub(crate) fn fenced(
+        &self,
+        op: &'static str,
+        (session, created): (i64, i64),
+        extra: Option<Compare>,
+        ops: Vec<TxnOp>,
+        else_ops: Vec<TxnOp>,
+    ) -> Result<TxnResponse, EtcdError> {
+        let key = self.key_of(session);
+        fenced(&self.etcd, op, (&key, created), extra, ops, else_ops)
+    }
+
+    /// Deletes the key of `session` if it was created at `created` (release, resign).
+    pub(crate) fn withdraw(
+        &self,
+        op: &'static str,
+        (session, created): (i64, i64),
+    ) -> Result<bool, EtcdError> {
+        fenced_delete(&self.etcd, op, &self.key_of(session), created)
+    }
+
+    /// Whether the key of `session` still exists with create revision `created`:
+    /// `Ok(false)` without a request if `session` is this handle's and known or presumed
+    /// lost.
+    pub(crate) fn is_current(&self, (session, created): (i64, i64)) -> Result<bool, EtcdError> {
+        if self.session.lost(session) {
+            return Ok(false);
+        }
+        exists_as(&self.etcd, &self.key_of(session), created)
+    }
+
+    /// One keep-alive of `session`, then [`Contender::is_current`] (beat, renew).
+    pub(crate) fn refresh(&self, (session, created): (i64, i64)) -> Result<bool, EtcdError> {
+        Ok(self.session.keep_alive(session)? && self.is_current((session, created))?)
+    }
+
+    /// One attempt to be first with `value` in our key, the gets `reads` made in the same
+    /// transaction. `op` names it in errors.
+    pub(crate) fn attempt(
+        &self,
+        op: &'static str,
+        value: &[u8],
+        reads: &[TxnOp],
+    ) -> Result<Result<First, Held>, EtcdError> {
+        let session = self.session.id()?;
+        match self.attempt_on(op, session, value, reads) {
+            // Our session expired since we last used it: open a new one and try again.
+            Err(e) if lease_not_found(&e) => {
+                self.session.expired(session);
+                self.attempt_on(op, self.session.id()?, value, reads)
+            }
+            r => r,
+        }
+    }
+
+    fn attempt_on(
+        &self,
+        op: &'static str,
+        session: i64,
+        value: &[u8],
+        reads: &[TxnOp],
+    ) -> Result<Result<First, Held>, EtcdError> {
+        let mine = self.key_of(session);
+        let mut then = vec![
+            TxnOp::put(
+                mine.clone(),
+                value,
+                Some(PutOptions::new().with_lease(session)),
+            ),
+            TxnOp::get(self.prefix.clone(), Some(first_created())),
+        ];
+        then.extend(reads.iter().cloned());
+        let mut otherwise = vec![TxnOp::get(mine.clone(), None)];
+        otherwise.extend(then[1..].iter().cloned());
+        let txn = Txn::new()
+            .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
+            .and_then(then)
+            .or_else(otherwise);
+        let resp = self.etcd.txn(op, &mine, txn)?;
+        let rev = revision(&resp, op, &mine)?;
+        let protocol = |detail| EtcdError::Protocol {
+            op,
+            key: key_str(&mine),
+            detail,
+        };
+        // The gets of the branch taken: [mine (else only)], first contender, reads.
+        let base = usize::from(!resp.succeeded());
+        let created = if resp.succeeded() {
+            // Our key was created by this txn: its create revision is the txn's.
+            rev
+        } else {
+            // Our key exists already (an earlier attempt whose reply was lost, or our
+            // own claim again).
+            nth_get(&resp, 0)
+                .ok_or(protocol("contender key vanished inside a transaction"))?
+                .created
+        };
+        let first = nth_get(&resp, base).ok_or(protocol("no contender key in a transaction"))?;
+        if first.created == created {
+            return Ok(Ok(First {
+                created,
+                session,
+                resp,
+                reads_at: base + 1,
+            }));
+        }
+        // Someone else is first: withdraw our key (as `concurrency.Mutex::TryLock`
+        // does), fenced by its create revision, and look at the first key again in
+        // the same step.
+        let look = TxnOp::get(first.key.clone(), None);
+        let del = TxnOp::delete(mine.clone(), None);
+        let step = (mine.as_slice(), created);
+        let resp = match fenced(
+            &self.etcd,
+            "withdraw",
+            step,
+            None,
+            vec![del, look.clone()],
+            vec![look],
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                // Our key may linger and become first once the others leave: end the
+                // session (revoked in the background), which deletes it.
+                self.session.expired(session);
+                return Err(e);
+            }
+        };
+        let rev = revision(&resp, "withdraw", &mine)?;
+        let still_held = nth_get(&resp, 0).is_some_and(|f| f.created == first.created);
+        Ok(Err(Held {
+            owner: first.key,
+            rev,
+            still_held,
+        }))
+    }
+
+    /// Attempts with `attempt` until it is first (`Some`) or `timeout` passes (`None`),
+    /// waiting on a watch of the first key for its deletion in between.
+    pub(crate) fn wait_first<T>(
+        &self,
+        timeout: Duration,
+        mut attempt: impl FnMut() -> Result<Result<T, Held>, EtcdError>,
+    ) -> Result<Option<T>, EtcdError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let held = match attempt()? {
+                Ok(won) => return Ok(Some(won)),
+                Err(held) => held,
+            };
+            let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                return Ok(None);
+            }
+            if !held.still_held {
+                // Released between our attempt and our withdraw: attempt again at once.
+                continue;
+            }
+            wait_for_delete(
+                &self.etcd,
+                &held.owner,
+                false,
+                held.rev + 1,
+                left.min(MAX_WAIT),
+            );
+        }
+    }
+}

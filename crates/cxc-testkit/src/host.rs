@@ -1,0 +1,59 @@
+//! What a test finds on the machine: programs it runs, and the state of processes it
+//! started (from `/proc`).
+
+use std::path::PathBuf;
+
+/// The program `name` a test runs (e.g. a server it starts): the path in environment
+/// variable `var` if that is set, else the first `name` on `PATH` that is a file, else
+/// `/usr/bin/<name>` if that is a file; `None` if none is.
+///
+/// ```
+/// let sh = cxc_testkit::find_program("CXC_TESTKIT_NO_SUCH_VAR", "sh");
+/// assert!(sh.is_some_and(|p| p.is_file()));
+/// assert_eq!(cxc_testkit::find_program("CXC_TESTKIT_NO_SUCH_VAR", "no-such-program-here"), None);
+/// ```
+pub fn find_program(var: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(var) {
+        return Some(PathBuf::from(p));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    on_path
+        .or_else(|| Some(PathBuf::from("/usr/bin").join(name)))
+        .filter(|p| p.is_file())
+}
+
+/// Whether every thread of process `pid` is in `state` (the state letter of
+/// `/proc/<pid>/task/*/stat`, e.g. `T` stopped). `false` if the process is gone.
+///
+/// A SIGSTOP only starts the group stop: until this holds for `T`, a thread that was
+/// running may still do work (e.g. a server may still answer a request).
+///
+/// ```
+/// // This process runs: it is not stopped. A process that does not exist is in no state.
+/// assert!(!cxc_testkit::all_threads_in_state(std::process::id(), 'T'));
+/// assert!(!cxc_testkit::all_threads_in_state(u32::MAX, 'S'));
+/// ```
+pub fn all_threads_in_state(pid: u32, state: char) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return false;
+        };
+        // The state follows the parenthesised command name.
+        let found = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        if found != Some(state) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
