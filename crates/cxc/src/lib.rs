@@ -120,8 +120,8 @@ pub use cxc_sync::{
 };
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
-    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, InFlightBits,
-    ReclaimReport, Registration, heartbeat_counter,
+    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, HeartbeatTableSnapshot,
+    InFlightBits, ReclaimReport, Registration, heartbeat_counter,
 };
 pub use cxc_sync::{
     EpochMode, GuardError, LeaseBuilder, LeaseClaim, LeaseError, LeaseGuard, LeaseOptions,
@@ -132,10 +132,12 @@ pub use cxc_sync::{
     PoolPermit,
 };
 
-/// Lease internals useful to tools: counter names, type-erased inspection.
+/// Lease internals useful to tools: counter names, type-erased read-only inspection (of
+/// lease files and of cell files, whose state is a lease state).
 pub mod lease {
     pub use cxc_sync::lease::{
-        DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter, inspect,
+        CellStatus, DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter,
+        inspect, inspect_cell,
     };
 }
 
@@ -180,9 +182,10 @@ pub use cxc_sync::{
     FencedResource, Leader, Leadership, MmapElection, Renewal,
 };
 pub use cxc_sync::{
-    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats,
-    SharedSemaphore,
+    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreError, SemaphoreOptions,
+    SemaphoreSnapshot, SemaphoreStats, SharedSemaphore,
 };
 pub use cxc_sync::{
-    ReadGuard, RwLockError, RwLockOptions, SharedRwLock, WriteGuard, WriteGuardError,
+    ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, SharedRwLock, WriteGuard,
+    WriteGuardError,
 };
