@@ -649,3 +649,48 @@ fn errors_name_the_path_and_symlinks_are_followed_for_open() {
     .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A waiting run ends at once when its wrapper gets SIGTERM (exit 143) or dies (its
+/// keeper is gone too), and its command never runs.
+#[test]
+fn waiting_run_ends_on_signal_or_wrapper_death() {
+    let _alone = shared();
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let mut holder = Job::start(&args(
+        &["lease", "run", p(&l)],
+        &script(&log, 0, "sleep 30 & wait"),
+    ));
+    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+    let mut termed = Job::start(&args(&["lease", "run", p(&l)], &script(&log, 1, "true")));
+    let mut killed = Job::start(&args(&["lease", "run", p(&l)], &script(&log, 2, "true")));
+    let keeper = killed.keeper();
+    // Both are waiting (blocked in the lease) by now.
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    termed.signal(Signal::TERM);
+    assert_eq!(termed.wait(Duration::from_secs(5)), Some(143));
+    killed.signal(Signal::KILL);
+    assert_eq!(killed.wait(Duration::from_secs(5)), Some(137));
+    let end = Instant::now() + Duration::from_secs(5);
+    while rustix::process::test_kill_process(keeper).is_ok() {
+        assert!(
+            Instant::now() < end,
+            "the waiting keeper outlived its wrapper"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    holder.signal(Signal::TERM);
+    assert!(holder.wait(Duration::from_secs(10)).is_some());
+    let starts: Vec<usize> = read_log(&log)
+        .into_iter()
+        .filter(|e| e.0 == "start")
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(
+        starts,
+        vec![0],
+        "a run that ended while waiting ran its command"
+    );
+}
