@@ -55,23 +55,24 @@ fn inspect_json(path: &Path) -> serde_json::Value {
 fn hold(args: &[&str], path: &Path, holder: impl Fn(&serde_json::Value) -> Option<u64>) -> Held {
     let mut all = args.to_vec();
     all.extend(["--", "sleep", "60"]);
-    let wrapper = cxc(&all).spawn().unwrap();
+    let mut wrapper = cxc(&all).spawn().unwrap();
     let end = Instant::now() + Duration::from_secs(30);
-    loop {
+    let pid = loop {
         if let Some(pid) = holder(&inspect_json(path)) {
-            let keeper = Pid::from_raw(pid as i32).unwrap();
-            rustix::process::kill_process(keeper, Signal::STOP).unwrap();
-            // A beat in flight when the keeper stopped has landed by now.
-            std::thread::sleep(Duration::from_millis(50));
-            return Held { wrapper, keeper };
+            break pid;
         }
-        assert!(
-            Instant::now() < end,
-            "{args:?} never held {}",
-            path.display()
-        );
+        if Instant::now() >= end {
+            let _ = wrapper.kill();
+            let _ = wrapper.wait();
+            panic!("{args:?} never held {}", path.display());
+        }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    let keeper = Pid::from_raw(pid as i32).unwrap();
+    rustix::process::kill_process(keeper, Signal::STOP).unwrap();
+    // A beat in flight when the keeper stopped has landed by now.
+    std::thread::sleep(Duration::from_millis(50));
+    Held { wrapper, keeper }
 }
 
 /// One file of every kind `inspect` reads, in `dir`, with live holders that no longer
