@@ -213,7 +213,7 @@ pub fn load(path: &Path) -> Result<View, CliError> {
             (State::Semaphore(view), Some(s.strategy), s.recent)
         }
         Kind::Cell => {
-            let c = cxc::lease::inspect_cell(path).map_err(|e| file_err(&e))?;
+            let c = cxc::SharedCell::<()>::inspect(path).map_err(|e| file_err(&e))?;
             let view = CellView {
                 value: payload_bytes(&c.value_words, c.payload_type.size),
                 counters: c.counters,
@@ -221,8 +221,10 @@ pub fn load(path: &Path) -> Result<View, CliError> {
             (State::Cell(view), Some(c.strategy), c.recent)
         }
         Kind::RwLock => {
-            let r = cxc::SharedRwLock::<()>::inspect(path).map_err(|e| file_err(&e))?;
-            (State::RwLock(r), None, Vec::new())
+            let mut r = cxc::SharedRwLock::<()>::inspect(path).map_err(|e| file_err(&e))?;
+            let recent = std::mem::take(&mut r.recent);
+            let strategy = r.strategy;
+            (State::RwLock(r), Some(strategy), recent)
         }
         Kind::Test => {
             let (info, words) = cxc::mmf::read_words(path).map_err(|e| file_err(&e))?;

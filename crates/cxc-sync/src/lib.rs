@@ -78,5 +78,6 @@ pub use semaphore::{
 pub use semaphore::{SemaphoreError, SemaphoreOptions};
 #[cfg(not(cxc_loom))]
 pub use seqlock::{
-    Abandoned, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError, Written,
+    Abandoned, CellStatus, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError,
+    Written,
 };

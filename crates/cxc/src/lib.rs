@@ -132,17 +132,16 @@ pub use cxc_sync::{
     PoolPermit,
 };
 
-/// Lease internals useful to tools: counter names, type-erased read-only inspection (of
-/// lease files and of cell files, whose state is a lease state).
+/// Lease internals useful to tools: counter names, type-erased read-only inspection.
 pub mod lease {
     pub use cxc_sync::lease::{
-        CellStatus, DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter,
-        inspect, inspect_cell,
+        DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter, inspect,
     };
 }
 
 pub use cxc_sync::{
-    Abandoned, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError, Written,
+    Abandoned, CellStatus, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError,
+    Written,
 };
 
 /// zerocopy's traits and derive macros, for payload types (`#[derive(cxc::FromBytes, ..)]`).

@@ -40,4 +40,4 @@ pub use file::OwnerLease;
 #[cfg(not(cxc_loom))]
 pub use guard::{GuardError, LeaseGuard, OwnedLeaseGuard};
 #[cfg(not(cxc_loom))]
-pub use status::{CellStatus, LeaseStatus, inspect, inspect_cell};
+pub use status::{LeaseStatus, inspect};

@@ -60,9 +60,9 @@ pub struct LeaseStatus {
 ///
 /// Read-only: the file is opened and mapped read-only and copied with loads only
 /// ([`cxc_mmf::Snapshot`]); nothing is written, no identity is registered, so read
-/// permission is enough (another user's file, a read-only mount). A copy taken while the
-/// published payload was being replaced is taken again (a few times, then the payload
-/// reads as zeros).
+/// permission is enough (another user's file, a read-only mount). The payload is taken
+/// from a copy only when a second copy shows its buffer was not refilled in between (up
+/// to 20 more copies, then the payload reads as zeros).
 ///
 /// # Errors
 /// [`LeaseError::File`] if the file is not a valid lease file or cannot be read.
@@ -81,94 +81,28 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<LeaseStatus, LeaseError> {
         payload,
         ..OwnerLease::<[u64; PAYLOAD_WORDS]>::expect()
     };
-    let mut tries = 0;
-    loop {
-        let snap: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;
-        let st = snap.head();
-        let payload = published_once(st);
-        tries += 1;
-        if payload.is_some() || tries >= SNAPSHOT_TRIES {
-            return Ok(status_of(st, snap.info(), payload.unwrap_or_default()));
+    let mut snap: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;
+    for _ in 0..SNAPSHOT_TRIES {
+        let next: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;
+        if let Some(words) = published_whole(snap.head(), next.head()) {
+            return Ok(status_of(snap.head(), snap.info(), words));
         }
-        std::thread::sleep(std::time::Duration::from_micros(200));
+        snap = next;
     }
+    Ok(status_of(snap.head(), snap.info(), [0; PAYLOAD_WORDS]))
 }
 
-/// A cell file's state (its fixed block is a lease state), as [`inspect_cell`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CellStatus {
-    /// The published value's words (the payload type's bytes, zero-padded to 48); zeros
-    /// if every copy caught a publication half-done.
-    pub value_words: [u64; PAYLOAD_WORDS],
-    /// Payload type recorded in the file.
-    pub payload_type: TypeFingerprint,
-    /// Named cumulative counters.
-    pub counters: Vec<(&'static str, u64)>,
-    /// The shared strategy and its generation.
-    pub strategy: (cxc_sidecar::Strategy, u32),
-    /// The observations still in the file's ring, oldest first.
-    pub recent: Vec<cxc_sidecar::Observation>,
-}
-
-/// The cell protocol this decoder reads (header `params[0]` of a cell file).
-const CELL_PROTOCOL: u64 = 1;
-
-fn check_cell_params(p: &[u64; 4]) -> Result<(), MmfError> {
-    if p[0] != CELL_PROTOCOL {
-        return Err(MmfError::ParamMismatch {
-            name: "cell_protocol",
-            expected: CELL_PROTOCOL.to_string(),
-            found: p[0],
-        });
-    }
-    Ok(())
-}
-
-/// Reads the state of any cell file (`SharedCell<T>` of any payload type) without writing
-/// anything, as [`inspect`] reads a lease: read-only mapping, loads only, copies taken
-/// again while the published value is being replaced.
-///
-/// # Errors
-/// [`LeaseError::File`] if the file is not a valid cell file or cannot be read.
-pub fn inspect_cell(path: impl AsRef<Path>) -> Result<CellStatus, LeaseError> {
-    let path = path.as_ref();
-    let payload = cxc_mmf::peek(path)?.layout.payload;
-    let expect = Expect {
-        kind: Kind::Cell,
-        payload,
-        check_params: &check_cell_params,
-        ..OwnerLease::<[u64; PAYLOAD_WORDS]>::expect()
-    };
-    let mut tries = 0;
-    loop {
-        let snap: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;
-        let st = snap.head();
-        let value = published_once(st);
-        tries += 1;
-        if value.is_some() || tries >= SNAPSHOT_TRIES {
-            return Ok(CellStatus {
-                value_words: value.unwrap_or_default(),
-                payload_type: payload,
-                counters: cxc_sidecar::counter_values(&counter::NAMES, &st.counters),
-                strategy: st.handshake.current(),
-                recent: st.ring.snapshot(),
-            });
-        }
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-}
-
-/// How many copies [`inspect`] takes at most to find the published payload whole.
+/// How many more copies [`inspect`] takes at most to find the published payload whole.
 const SNAPSHOT_TRIES: u32 = 20;
 
-/// The published payload if its buffer is not being written (one try; a copy never
-/// changes, so retrying it would not help).
-fn published_once(st: &LeaseState) -> Option<[u64; PAYLOAD_WORDS]> {
-    let buf = &st.bufs[st.word().published()];
-    let s1 = buf.seq.load(Ordering::Acquire);
-    let words = std::array::from_fn(|i| buf.words[i].load(Ordering::Relaxed));
-    (s1 & 1 == 0 && buf.seq.load(Ordering::Acquire) == s1).then_some(words)
+/// The published payload of copy `a` if it is whole: its buffer's sequence word is even
+/// and the same in the later copy `b`, so no fill of that buffer began or ended between
+/// the two loads of it, and the words (copied between them) are one publication's.
+fn published_whole(a: &LeaseState, b: &LeaseState) -> Option<[u64; PAYLOAD_WORDS]> {
+    let i = a.word().published();
+    let s1 = a.bufs[i].seq.load(Ordering::Acquire);
+    let words = std::array::from_fn(|w| a.bufs[i].words[w].load(Ordering::Relaxed));
+    (s1 & 1 == 0 && b.bufs[i].seq.load(Ordering::Acquire) == s1).then_some(words)
 }
 
 /// The epoch the current claim `cur` was made at, if the file holds it for this claim.

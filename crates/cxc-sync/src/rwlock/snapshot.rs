@@ -4,16 +4,13 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use cxc_mmf::{Expect, Kind, MmfError, Snapshot, TypeFingerprint};
+use cxc_mmf::{Expect, Kind, Snapshot, TypeFingerprint};
 
 use super::error::RwLockError;
-use super::handle::SharedRwLock;
+use super::handle::{SharedRwLock, check_params};
 use super::layout::{HEAD_SIZE, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
 use super::word::{MAX_HOLDERS, Word};
 use crate::semaphore::word::{STATE_ACTIVE, owner_parts};
-
-/// The rwlock format version this decoder reads (header `params[1]`).
-const PROTOCOL: u64 = 1;
 
 /// One process in an rwlock's holder table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,28 +47,10 @@ pub struct RwLockSnapshot {
     pub payload_type: TypeFingerprint,
     /// Named cumulative counters.
     pub counters: Vec<(&'static str, u64)>,
-}
-
-fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
-    if p[0] == 0 {
-        return Err(MmfError::ParamMismatch {
-            name: "grace_ns",
-            expected: "1..".into(),
-            found: p[0],
-        });
-    }
-    if p[1] != PROTOCOL {
-        return Err(MmfError::ParamMismatch {
-            name: "protocol",
-            expected: format!(
-                "{PROTOCOL} (this build reads rwlock format version {PROTOCOL} only; the file \
-                 has version {})",
-                p[1]
-            ),
-            found: p[1],
-        });
-    }
-    Ok(())
+    /// The shared strategy and its generation.
+    pub strategy: (cxc_sidecar::Strategy, u32),
+    /// The observations still in the file's ring, oldest first.
+    pub recent: Vec<cxc_sidecar::Observation>,
 }
 
 impl SharedRwLock<()> {
@@ -130,6 +109,8 @@ impl SharedRwLock<()> {
                 .zip(&head.counters)
                 .map(|(n, c)| (*n, c.load(Ordering::Relaxed)))
                 .collect(),
+            strategy: head.handshake.current(),
+            recent: head.ring.snapshot(),
         })
     }
 }
