@@ -64,6 +64,15 @@ impl FileError for cxc::SeqLockError {
     }
 }
 
+impl FileError for cxc::RwLockError {
+    fn mmf(&self) -> Option<&MmfError> {
+        match self {
+            cxc::RwLockError::File(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
 impl FileError for std::io::Error {
     fn mmf(&self) -> Option<&MmfError> {
         None

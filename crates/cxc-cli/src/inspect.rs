@@ -1,5 +1,6 @@
 //! Loading any cxc file for `inspect` and `watch`: detect the kind from the header, then
-//! open it with the primitive's own validation.
+//! read it with the primitive's own validation, read-only (a private copy taken through
+//! a read-only mapping with loads only: nothing is written, nothing registered).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,8 +20,8 @@ pub struct View {
     pub info: HeaderInfo,
     /// The primitive's state.
     pub state: State,
-    /// The shared strategy and its generation.
-    pub strategy: (cxc::Strategy, u32),
+    /// The shared strategy and its generation (`None`: the kind has none).
+    pub strategy: Option<(cxc::Strategy, u32)>,
     /// Observations still in the file's ring, oldest first.
     pub recent: Vec<cxc::Observation>,
 }
@@ -36,10 +37,14 @@ pub enum State {
     Semaphore(SemaphoreView),
     /// A shared cell's published value and counters.
     Cell(CellView),
+    /// A reader-writer lock's writer, holders and counters.
+    RwLock(cxc::RwLockSnapshot),
+    /// A file of the test kind (such as the demo's work board), as raw words.
+    Test(TestView),
 }
 
-/// The payload of the cells `cxc create cell` makes and `inspect` decodes: 48 raw bytes
-/// (the largest value a cell holds).
+/// The payload of the cells `cxc create cell` makes: 48 raw bytes (the largest value a
+/// cell holds).
 pub type CellBytes = [u8; CELL_BYTES];
 /// Bytes of [`CellBytes`].
 pub const CELL_BYTES: usize = 48;
@@ -47,8 +52,8 @@ pub const CELL_BYTES: usize = 48;
 /// A shared cell's state.
 #[derive(Debug)]
 pub struct CellView {
-    /// The published value.
-    pub value: CellBytes,
+    /// The published value: the payload type's bytes.
+    pub value: Vec<u8>,
     /// Named cumulative counters.
     pub counters: Vec<(&'static str, u64)>,
 }
@@ -56,22 +61,19 @@ pub struct CellView {
 impl CellView {
     /// The value as lowercase hex, two digits a byte.
     pub fn hex(&self) -> String {
-        self.value.iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.value)
     }
 }
 
-fn cell(path: &Path, info: &HeaderInfo) -> Result<cxc::SharedCell<CellBytes>, CliError> {
-    let payload = info.layout.payload;
-    if payload != cxc::mmf::TypeFingerprint::of::<CellBytes>() {
-        return Err(CliError::usage(format!(
-            "{}: a cell of a {}-byte payload type this build cannot decode (inspect reads \
-             the cells `cxc create cell` makes: {CELL_BYTES} raw bytes)",
-            path.display(),
-            payload.size
-        )));
-    }
-    cxc::SharedCell::<CellBytes>::open(path)
-        .map_err(|e| CliError::usage(crate::files::message(path, &e)))
+/// `bytes` as lowercase hex, two digits a byte.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first `size` bytes of payload words (native byte order, as stored).
+pub(crate) fn payload_bytes(words: &[u64], size: u32) -> Vec<u8> {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    bytes[..(size as usize).min(bytes.len())].to_vec()
 }
 
 /// A semaphore's state.
@@ -104,75 +106,129 @@ pub struct HeartbeatView {
     pub counters: Vec<(&'static str, u64)>,
 }
 
-fn heartbeat(t: &cxc::HeartbeatTable) -> HeartbeatView {
-    let slots = (0..t.capacity())
-        .filter_map(|i| t.snapshot(i).map(|s| (i, s)))
-        .filter(|(_, s)| s.pid != 0 || s.in_flight_bitmap != 0)
-        .collect();
-    let counters = cxc::heartbeat_counter::NAMES
-        .iter()
-        .zip(t.counters())
-        .filter(|(n, _)| !n.is_empty())
-        .map(|(n, c)| (*n, c))
-        .collect();
-    HeartbeatView {
-        capacity: t.capacity(),
-        epoch: t.global_epoch(),
-        epoch_mode: t.epoch_mode(),
+/// A file of the test kind, shown as words.
+#[derive(Debug)]
+pub struct TestView {
+    /// The fixed block's words.
+    pub head: Vec<u64>,
+    /// Each slot's words.
+    pub slots: Vec<Vec<u64>>,
+    /// Names of the head and slot words when the layout is the demo's work board
+    /// (`cxc demo`), else `None`.
+    pub names: Option<(&'static [&'static str], &'static [&'static str])>,
+}
+
+/// Names of the demo board's head words (the demo's `board.rs`, in order).
+pub const DEMO_BOARD_HEAD: [&str; 8] = [
+    "units",
+    "done",
+    "shutdown",
+    "in_use",
+    "max_in_use",
+    "violations",
+    "completions",
+    "cap",
+];
+/// Names of the demo board's unit words (the demo's `board.rs`, in order).
+pub const DEMO_BOARD_UNIT: [&str; 4] = ["state", "done", "reclaimed", "starts"];
+
+fn test_view(info: &HeaderInfo, words: &[u64]) -> TestView {
+    let l = &info.layout;
+    let head_words = (l.head_size / 8) as usize;
+    let slot_words = (l.slot_size / 8) as usize;
+    let head = words.iter().take(head_words).copied().collect();
+    let slots = if slot_words == 0 {
+        Vec::new()
+    } else {
+        words
+            .get(head_words..)
+            .unwrap_or_default()
+            .chunks_exact(slot_words)
+            .take(usize::try_from(l.capacity).unwrap_or(usize::MAX))
+            .map(<[u64]>::to_vec)
+            .collect()
+    };
+    let board = head_words == DEMO_BOARD_HEAD.len()
+        && slot_words == DEMO_BOARD_UNIT.len()
+        && l.params == [0; 4]
+        && l.payload == cxc::mmf::TypeFingerprint::NONE;
+    TestView {
+        head,
         slots,
-        counters,
+        names: board.then_some((&DEMO_BOARD_HEAD[..], &DEMO_BOARD_UNIT[..])),
     }
 }
 
-/// Reads and validates `path`.
+/// Reads and validates `path` without writing anything: the file is opened and mapped
+/// read-only and copied with loads only (no identity registered, no counter bumped), so
+/// read permission is enough.
 ///
 /// # Errors
 /// [`CliError`] with [`EXIT_ERROR`](crate::EXIT_ERROR) for a missing, foreign, corrupt or
 /// unsupported file.
 pub fn load(path: &Path) -> Result<View, CliError> {
-    let info = cxc::mmf::peek(path)?;
+    let file_err =
+        |e: &dyn crate::files::FileError| CliError::usage(crate::files::message(path, e));
+    let info = cxc::mmf::peek(path).map_err(|e| file_err(&e))?;
     let (state, strategy, recent) = match info.layout.kind {
         Kind::Lease => {
-            let mut l = cxc::lease::inspect(path)?;
+            let mut l = cxc::lease::inspect(path).map_err(|e| file_err(&e))?;
             let recent = std::mem::take(&mut l.recent);
             let strategy = l.strategy;
-            (State::Lease(l), strategy, recent)
+            (State::Lease(l), Some(strategy), recent)
         }
         Kind::Heartbeat => {
-            let t = cxc::HeartbeatTable::open_any(path)?;
-            (
-                State::Heartbeat(heartbeat(&t)),
-                t.strategy(),
-                t.recent_observations(),
-            )
+            let t = cxc::HeartbeatTable::inspect(path).map_err(|e| file_err(&e))?;
+            let slots = t
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.map(|s| (i, s)))
+                .filter(|(_, s)| s.pid != 0 || s.in_flight_bitmap != 0)
+                .collect();
+            let counters = cxc::heartbeat_counter::NAMES
+                .iter()
+                .zip(t.counters)
+                .filter(|(n, _)| !n.is_empty())
+                .map(|(n, c)| (*n, c))
+                .collect();
+            let view = HeartbeatView {
+                capacity: t.capacity,
+                epoch: t.epoch,
+                epoch_mode: t.epoch_mode,
+                slots,
+                counters,
+            };
+            (State::Heartbeat(view), Some(t.strategy), t.recent)
         }
         Kind::Semaphore => {
-            let s = cxc::SharedSemaphore::open_unregistered(path)?;
+            let s = cxc::SharedSemaphore::inspect(path).map_err(|e| file_err(&e))?;
             let view = SemaphoreView {
-                available: s.available(),
-                max: s.max_permits(),
-                holders: s.holders(),
-                holder_capacity: s.holder_capacity(),
-                stats: s.stats(),
+                available: s.available,
+                max: s.max_permits,
+                holders: s.holders,
+                holder_capacity: s.holder_capacity,
+                stats: s.stats,
             };
-            (
-                State::Semaphore(view),
-                s.strategy(),
-                s.recent_observations(),
-            )
+            (State::Semaphore(view), Some(s.strategy), s.recent)
         }
         Kind::Cell => {
-            use cxc::AdaptiveInstance;
-            let c = cell(path, &info)?;
+            let c = cxc::SharedCell::<()>::inspect(path).map_err(|e| file_err(&e))?;
             let view = CellView {
-                value: c.load(),
-                counters: cxc::SharedCell::counters(&c),
+                value: payload_bytes(&c.value_words, c.payload_type.size),
+                counters: c.counters,
             };
-            (
-                State::Cell(view),
-                c.handshake().current(),
-                c.ring().snapshot(),
-            )
+            (State::Cell(view), Some(c.strategy), c.recent)
+        }
+        Kind::RwLock => {
+            let mut r = cxc::SharedRwLock::<()>::inspect(path).map_err(|e| file_err(&e))?;
+            let recent = std::mem::take(&mut r.recent);
+            let strategy = r.strategy;
+            (State::RwLock(r), Some(strategy), recent)
+        }
+        Kind::Test => {
+            let (info, words) = cxc::mmf::read_words(path).map_err(|e| file_err(&e))?;
+            (State::Test(test_view(&info, &words)), None, Vec::new())
         }
         other => {
             return Err(CliError::usage(format!(

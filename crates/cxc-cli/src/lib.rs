@@ -20,8 +20,8 @@ pub use error::{
     CliError, EXIT_CANNOT_EXEC, EXIT_ERROR, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT,
 };
 pub use inspect::{
-    CELL_BYTES, CellBytes, CellView, HeartbeatView, MIN_WATCH_INTERVAL, SemaphoreView, State, View,
-    load, watch,
+    CELL_BYTES, CellBytes, CellView, DEMO_BOARD_HEAD, DEMO_BOARD_UNIT, HeartbeatView,
+    MIN_WATCH_INTERVAL, SemaphoreView, State, TestView, View, load, watch,
 };
 
 /// What `cxc inspect PATH` prints, or the one-line error it reports.
@@ -79,5 +79,54 @@ pub fn liveness_mark(pid: u32, unique: Option<u64>) -> &'static str {
                 _ => "unknown",
             },
         },
+    }
+}
+
+/// The command line of live process `pid` (read from `/proc/PID/cmdline`, arguments
+/// joined by spaces, at most 200 characters), if readable and not empty (kernel threads
+/// and zombies have none).
+pub fn cmdline(pid: u32) -> Option<String> {
+    if pid == 0 {
+        return None;
+    }
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let line = args.join(" ");
+    if line.is_empty() {
+        return None;
+    }
+    Some(match line.char_indices().nth(200) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None => line,
+    })
+}
+
+/// How long ago live process `pid` started (from `/proc/PID/stat` and `/proc/uptime`).
+pub fn process_age(pid: u32) -> Option<std::time::Duration> {
+    if pid == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name: state is field 3, starttime field 22.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let start_ticks: u64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let up: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let hz = rustix::param::clock_ticks_per_second().max(1) as f64;
+    let age = up - start_ticks as f64 / hz;
+    (age >= 0.0).then(|| std::time::Duration::from_secs_f64(age))
+}
+
+/// The command line and age of holder `pid`, shown only when its liveness `mark` is
+/// `alive` (a dead holder's pid may name another process by now).
+pub fn holder_process(pid: u32, mark: &str) -> (Option<String>, Option<std::time::Duration>) {
+    if mark == "alive" {
+        (cmdline(pid), process_age(pid))
+    } else {
+        (None, None)
     }
 }

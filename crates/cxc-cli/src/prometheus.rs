@@ -242,6 +242,54 @@ pub fn render(views: &[View]) -> String {
                     );
                 }
             }
+            State::RwLock(r) => {
+                f.add(
+                    "cxc_rwlock_write_locked",
+                    "gauge",
+                    "1 if a writer holds the lock (or drains its readers).",
+                    &[p()],
+                    u64::from(r.writer.is_some()),
+                );
+                f.add(
+                    "cxc_rwlock_token",
+                    "gauge",
+                    "Fencing token of the current or last write lock.",
+                    &[p()],
+                    r.token,
+                );
+                f.add(
+                    "cxc_rwlock_read_holds",
+                    "gauge",
+                    "Read holds of all processes.",
+                    &[p()],
+                    r.holders.iter().map(|h| h.readers).sum(),
+                );
+                if let Some((slot, pid)) = r.writer {
+                    f.add(
+                        "cxc_rwlock_writer_info",
+                        "gauge",
+                        "The writer: slot, pid and liveness (dead, alive, unknown).",
+                        &[
+                            p(),
+                            ("slot", slot.to_string()),
+                            ("pid", pid.to_string()),
+                            ("state", liveness_mark(pid, None).into()),
+                        ],
+                        1,
+                    );
+                }
+                for (n, c) in &r.counters {
+                    f.add(
+                        "cxc_rwlock_events_total",
+                        "counter",
+                        "Cumulative rwlock events, by event.",
+                        &[p(), ("event", (*n).into())],
+                        *c,
+                    );
+                }
+            }
+            // Test-kind files (the demo's board) hold no metrics of a primitive.
+            State::Test(_) => {}
         }
     }
     let mut out = String::new();

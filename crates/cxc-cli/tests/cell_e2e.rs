@@ -107,14 +107,19 @@ fn create_cell_then_inspect_shows_the_published_value() {
 #[test]
 fn bad_cells_and_values_give_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    // A cell of another payload type: named, not decoded, no crash.
+    // A cell of another payload type: its bytes are shown raw (as many as the type has).
     let other = dir.path().join("other.cell");
     cxc::SharedCell::create(&other, [1u64, 2]).unwrap();
-    let o = cxc(&["inspect", p(&other)]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("16-byte payload type"), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let text = out(&cxc(&["inspect", p(&other)]));
+    let want = [1u64, 2]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>();
+    assert!(
+        text.contains(&format!("value:       {want} (16 bytes, hex)")),
+        "{text}"
+    );
 
     let f = dir.path().join("c");
     for bad in ["zz", "abc", &"00".repeat(49), "é1"] {

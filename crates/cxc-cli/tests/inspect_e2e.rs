@@ -195,3 +195,59 @@ fn watch_exits_2_on_a_missing_file_and_prints_plain_reports_to_a_pipe() {
     let _ = w.kill();
     let _ = w.wait();
 }
+
+/// `inspect` reads every file `cxc demo --keep DIR` leaves: its lease, heartbeat table,
+/// semaphore and work board (a test-kind file, shown with its field names).
+#[test]
+fn inspect_reads_every_file_the_demo_leaves() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("demo");
+    let o = cxc(&["demo", "--keep", p(&dir), "--workers", "2", "--units", "8"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|f| f.is_file())
+        .collect();
+    files.sort();
+    let mut kinds = Vec::new();
+    for f in &files {
+        let o = cxc(&["inspect", p(f)]).output().unwrap();
+        if !std::fs::read(f).unwrap().starts_with(b"CXC-MMF\0") {
+            // The demo's text log: named as what it is.
+            assert_eq!(o.status.code(), Some(2));
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains(&format!("not a cxc file: {}", p(f))), "{err}");
+            continue;
+        }
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "inspect {}: {}",
+            f.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        kinds.push(text.split_whitespace().next().unwrap_or("").to_string());
+        let o = cxc(&["inspect", "--json", p(f)]).output().unwrap();
+        assert!(o.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        if v["kind"] == "test" {
+            assert_eq!(v["state"]["layout"], "demo-board", "{v}");
+            assert_eq!(v["state"]["board"]["units"], 8, "{v}");
+            assert_eq!(v["state"]["board"]["done"], 8, "{v}");
+            assert_eq!(v["state"]["board"]["violations"], 0, "{v}");
+            assert_eq!(v["state"]["units"].as_array().map(Vec::len), Some(8));
+            assert!(text.contains("the work board of `cxc demo`"), "{text}");
+        }
+    }
+    kinds.sort();
+    for k in ["heartbeat", "lease", "semaphore", "test"] {
+        assert!(kinds.iter().any(|x| x == k), "no {k} file among {files:?}");
+    }
+}

@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
+/// The handover measurement runs alone: it takes this for writing, every other test (each
+/// starts many processes) for reading.
+static ALONE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cxc(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cxc"));
     c.args(args).stdin(Stdio::null());
@@ -169,6 +177,7 @@ fn kill_rounds(prefix: &[&str], log: &Path, sig: Signal, rounds: usize) {
 
 #[test]
 fn lease_run_kill_9_of_the_wrapper_never_overlaps() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let (l, log) = (d.path().join("l"), d.path().join("log"));
     kill_rounds(&["lease", "run", p(&l)], &log, Signal::KILL, 50);
@@ -176,6 +185,7 @@ fn lease_run_kill_9_of_the_wrapper_never_overlaps() {
 
 #[test]
 fn lease_run_kill_term_of_the_wrapper_never_overlaps() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let (l, log) = (d.path().join("l"), d.path().join("log"));
     kill_rounds(&["lease", "run", p(&l)], &log, Signal::TERM, 50);
@@ -183,6 +193,7 @@ fn lease_run_kill_term_of_the_wrapper_never_overlaps() {
 
 #[test]
 fn sem_run_kill_9_and_term_of_the_wrapper_never_overlap() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let (s, log) = (d.path().join("s"), d.path().join("log"));
     kill_rounds(
@@ -202,6 +213,7 @@ fn sem_run_kill_9_and_term_of_the_wrapper_never_overlap() {
 
 #[test]
 fn stopped_wrapper_keeps_its_claim_while_its_command_runs() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let (l, log) = (d.path().join("l"), d.path().join("log"));
     let rounds = 5;
@@ -226,6 +238,7 @@ fn stopped_wrapper_keeps_its_claim_while_its_command_runs() {
 
 #[test]
 fn kill_after_takes_over_from_a_stopped_keeper_once_its_group_is_gone() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let (l, log) = (d.path().join("l"), d.path().join("log"));
     let prefix = ["lease", "run", p(&l), "--kill-after", "1s"];
@@ -285,10 +298,13 @@ fn handover_gaps(prefix: &[&str], log: &Path) -> Vec<u128> {
     gaps
 }
 
+/// The handover gap (one job's logged end to the next job's logged start, so it includes
+/// the jobs' own `sh` and `date`) over 50 queued jobs: median at most 5 ms, measured on
+/// real jobs. On a machine so loaded that flock(1) itself, measured in the same run,
+/// needs longer, the bound is flock's median.
 #[test]
-#[ignore = "timing-sensitive: run alone on a machine not loaded by other work \
-            (cargo test -p cxc-cli --test run_e2e -- --ignored handover --nocapture)"]
 fn handover_median_is_within_5ms() {
+    let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
     let (l, log) = (d.path().join("l"), d.path().join("log"));
     let gaps = handover_gaps(&["lease", "run", p(&l)], &log);
@@ -344,6 +360,7 @@ fn handover_median_is_within_5ms() {
 
 #[test]
 fn two_hundred_killed_sem_holders_give_every_permit_back() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let s = d.path().join("s");
     let n = 200u32;
@@ -424,6 +441,7 @@ fn holder(l: &Path, marker: &Path) -> Job {
 
 #[test]
 fn flock_options_and_every_documented_exit_code() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let l = d.path().join("l");
     let _h = holder(&l, &d.path().join("m"));
@@ -555,6 +573,7 @@ fn flock_options_and_every_documented_exit_code() {
 
 #[test]
 fn create_lease_makes_the_file_lease_run_makes() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let (a, b) = (d.path().join("a"), d.path().join("b"));
     assert!(cxc(&["create", "lease", p(&a)]).status().unwrap().success());
@@ -590,6 +609,7 @@ fn create_lease_makes_the_file_lease_run_makes() {
 
 #[test]
 fn errors_name_the_path_and_symlinks_are_followed_for_open() {
+    let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let missing_dir: PathBuf = d.path().join("nodir").join("l");
     let o = cxc(&["create", "lease", p(&missing_dir)]).output().unwrap();
@@ -628,4 +648,49 @@ fn errors_name_the_path_and_symlinks_are_followed_for_open() {
     .output()
     .unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// A waiting run ends at once when its wrapper gets SIGTERM (exit 143) or dies (its
+/// keeper is gone too), and its command never runs.
+#[test]
+fn waiting_run_ends_on_signal_or_wrapper_death() {
+    let _alone = shared();
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let mut holder = Job::start(&args(
+        &["lease", "run", p(&l)],
+        &script(&log, 0, "sleep 30 & wait"),
+    ));
+    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+    let mut termed = Job::start(&args(&["lease", "run", p(&l)], &script(&log, 1, "true")));
+    let mut killed = Job::start(&args(&["lease", "run", p(&l)], &script(&log, 2, "true")));
+    let keeper = killed.keeper();
+    // Both are waiting (blocked in the lease) by now.
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    termed.signal(Signal::TERM);
+    assert_eq!(termed.wait(Duration::from_secs(5)), Some(143));
+    killed.signal(Signal::KILL);
+    assert_eq!(killed.wait(Duration::from_secs(5)), Some(137));
+    let end = Instant::now() + Duration::from_secs(5);
+    while rustix::process::test_kill_process(keeper).is_ok() {
+        assert!(
+            Instant::now() < end,
+            "the waiting keeper outlived its wrapper"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    holder.signal(Signal::TERM);
+    assert!(holder.wait(Duration::from_secs(10)).is_some());
+    let starts: Vec<usize> = read_log(&log)
+        .into_iter()
+        .filter(|e| e.0 == "start")
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(
+        starts,
+        vec![0],
+        "a run that ended while waiting ran its command"
+    );
 }

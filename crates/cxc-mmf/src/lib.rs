@@ -12,7 +12,9 @@
 //! - [`MmfError`]: one typed variant per failure, naming what was expected and found.
 //! - [`identity`]: process identity (pidfs inode or pid + start time, pid namespace, boot
 //!   id) and liveness (dead = the whole thread group is gone), used for crash detection.
-//! - [`peek`]: read the header of any cxc file without knowing its kind.
+//! - [`peek`]: read the header of any cxc file without knowing its kind (read-only).
+//! - [`Snapshot`]: a validated private copy of a file, read through a read-only mapping
+//!   with loads only (for tools such as `cxc inspect`).
 //!
 //! # Examples
 //! ```
@@ -65,4 +67,4 @@ pub use error::{FoundKind, MmfError};
 pub use header::{
     FORMAT_VERSION, HEADER_LEN, HeaderInfo, Kind, Layout, MAGIC, MAX_FILE_LEN, TypeFingerprint,
 };
-pub use region::{AtomicView, CreateOptions, Expect, Mapped, Origin, peek};
+pub use region::{AtomicView, CreateOptions, Expect, Mapped, Origin, Snapshot, peek, read_words};

@@ -54,6 +54,8 @@ pub use epoch::EpochMode;
 pub mod lease;
 
 #[cfg(not(cxc_loom))]
+pub use heartbeat::HeartbeatTableSnapshot;
+#[cfg(not(cxc_loom))]
 pub use heartbeat::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HeartbeatOptions,
     HeartbeatTable, InFlightBits, ReclaimReport, Registration,
@@ -65,14 +67,17 @@ pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
 pub use rwlock::PAYLOAD_BYTES as RWLOCK_PAYLOAD_BYTES;
 #[cfg(not(cxc_loom))]
 pub use rwlock::{
-    ReadGuard, RwLockError, RwLockOptions, SharedRwLock, WriteGuard, WriteGuardError,
+    ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, SharedRwLock, WriteGuard,
+    WriteGuardError,
 };
 #[cfg(not(cxc_loom))]
 pub use semaphore::{
-    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreStats, SharedSemaphore,
+    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreSnapshot, SemaphoreStats,
+    SharedSemaphore,
 };
 pub use semaphore::{SemaphoreError, SemaphoreOptions};
 #[cfg(not(cxc_loom))]
 pub use seqlock::{
-    Abandoned, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError, Written,
+    Abandoned, CellStatus, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError,
+    Written,
 };

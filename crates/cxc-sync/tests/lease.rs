@@ -474,23 +474,62 @@ fn claim_of_a_dead_holder_mid_write_is_taken_over() {
     assert!(lease.release_claim(&c));
 }
 
-/// A lease file of the previous format version (1: pid-named claims, two buffers) is
-/// refused with an error that names both versions.
+/// Lease files of the previous format versions (1: pid-named claims, two buffers; 2: no
+/// claim time) are refused, by `open` and by the read-only `inspect`, with an error that
+/// names both versions.
 #[test]
 fn old_format_version_is_refused_naming_both_versions() {
     use std::os::unix::fs::FileExt;
+    assert_eq!(cxc_mmf::FORMAT_VERSION, 3);
+    for old in [1u32, 2] {
+        let d = tmp();
+        let p = d.path().join("l");
+        drop(OwnerLease::<u64>::create(&p, 5).unwrap());
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(&old.to_ne_bytes(), 8).unwrap();
+        for err in [
+            OwnerLease::<u64>::open(&p).unwrap_err(),
+            cxc_sync::lease::inspect(&p).unwrap_err(),
+        ] {
+            match &err {
+                cxc_sync::LeaseError::File(cxc_mmf::MmfError::UnsupportedVersion {
+                    expected,
+                    found,
+                }) => {
+                    assert_eq!((*expected, *found), (cxc_mmf::FORMAT_VERSION, old));
+                }
+                other => panic!("unexpected error {other:?}"),
+            }
+            let text = err.to_string();
+            assert!(
+                text.contains(&old.to_string()) && text.contains('3'),
+                "{text}"
+            );
+        }
+    }
+}
+
+/// The status names the epoch the current claim was made at ("since when"), read from
+/// the file by the read-only `inspect`; a vacant lease has none.
+#[test]
+fn status_names_the_epoch_of_the_current_claim() {
     let d = tmp();
     let p = d.path().join("l");
-    drop(OwnerLease::<u64>::create(&p, 5).unwrap());
-    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-    f.write_all_at(&1u32.to_ne_bytes(), 8).unwrap();
-    let err = OwnerLease::<u64>::open(&p).unwrap_err();
-    match &err {
-        cxc_sync::LeaseError::File(cxc_mmf::MmfError::UnsupportedVersion { expected, found }) => {
-            assert_eq!((*expected, *found), (cxc_mmf::FORMAT_VERSION, 1));
-        }
-        other => panic!("unexpected error {other:?}"),
+    let lease = OwnerLease::<u64>::create(&p, 0).unwrap();
+    let me = std::process::id();
+    assert_eq!(cxc_sync::lease::inspect(&p).unwrap().claimed_epoch, None);
+    for _ in 0..5 {
+        lease.tick_epoch();
     }
-    let text = err.to_string();
-    assert!(text.contains('1') && text.contains('2'), "{text}");
+    assert!(lease.try_acquire(me, 3));
+    for _ in 0..4 {
+        lease.tick_epoch();
+    }
+    let st = cxc_sync::lease::inspect(&p).unwrap();
+    assert_eq!((st.claimed_epoch, st.epoch), (Some(5), 9));
+    assert_eq!(lease.status().claimed_epoch, Some(5));
+    lease.release(me);
+    assert_eq!(cxc_sync::lease::inspect(&p).unwrap().claimed_epoch, None);
+    assert!(lease.try_acquire(me, 3));
+    assert_eq!(cxc_sync::lease::inspect(&p).unwrap().claimed_epoch, Some(9));
 }

@@ -120,8 +120,8 @@ pub use cxc_sync::{
 };
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
-    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, InFlightBits,
-    ReclaimReport, Registration, heartbeat_counter,
+    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, HeartbeatTableSnapshot,
+    InFlightBits, ReclaimReport, Registration, heartbeat_counter,
 };
 pub use cxc_sync::{
     EpochMode, GuardError, LeaseBuilder, LeaseClaim, LeaseError, LeaseGuard, LeaseOptions,
@@ -132,7 +132,7 @@ pub use cxc_sync::{
     PoolPermit,
 };
 
-/// Lease internals useful to tools: counter names, type-erased inspection.
+/// Lease internals useful to tools: counter names, type-erased read-only inspection.
 pub mod lease {
     pub use cxc_sync::lease::{
         DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter, inspect,
@@ -140,7 +140,8 @@ pub mod lease {
 }
 
 pub use cxc_sync::{
-    Abandoned, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError, Written,
+    Abandoned, CellStatus, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, SharedCell, WriteError,
+    Written,
 };
 
 /// zerocopy's traits and derive macros, for payload types (`#[derive(cxc::FromBytes, ..)]`).
@@ -180,9 +181,10 @@ pub use cxc_sync::{
     FencedResource, Leader, Leadership, MmapElection, Renewal,
 };
 pub use cxc_sync::{
-    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreError, SemaphoreOptions, SemaphoreStats,
-    SharedSemaphore,
+    HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreError, SemaphoreOptions,
+    SemaphoreSnapshot, SemaphoreStats, SharedSemaphore,
 };
 pub use cxc_sync::{
-    ReadGuard, RwLockError, RwLockOptions, SharedRwLock, WriteGuard, WriteGuardError,
+    ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, SharedRwLock, WriteGuard,
+    WriteGuardError,
 };

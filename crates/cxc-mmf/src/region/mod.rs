@@ -6,6 +6,7 @@
 //! - `view`: [`AtomicView`] and [`Mapped`] with its accessors.
 //! - `open`: opening and validating an existing file, [`peek`].
 //! - `create`: creating, initialising and publishing a new file.
+//! - `snapshot`: [`Snapshot`], a private copy of a file read through a read-only mapping.
 //!
 //! Files depend only on the ones listed before them.
 
@@ -13,9 +14,11 @@ mod codec;
 mod create;
 mod open;
 mod options;
+mod snapshot;
 mod validate;
 mod view;
 
 pub use open::peek;
 pub use options::{CreateOptions, Expect, Origin};
+pub use snapshot::{Snapshot, read_words};
 pub use view::{AtomicView, Mapped};

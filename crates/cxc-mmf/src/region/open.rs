@@ -20,10 +20,12 @@ use super::validate::{
 };
 use super::view::{AtomicView, Mapped};
 
-fn open_file(path: &Path) -> Result<(File, u64), MmfError> {
+/// Opens `path` for reading, and for writing too unless `read_only` (no `O_RDWR`: a file
+/// of another user or on a read-only mount can still be read).
+pub(super) fn open_file(path: &Path, read_only: bool) -> Result<(File, u64), MmfError> {
     let file = OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(!read_only)
         .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
         .open(path)
         .map_err(|e| match e.kind() {
@@ -52,18 +54,31 @@ fn open_file(path: &Path) -> Result<(File, u64), MmfError> {
     Ok((file, len))
 }
 
-/// Maps the header alone and waits (bounded) for the creator's init-state store.
-fn map_header(file: &File, path: &Path, timeout: Duration) -> Result<MmapRaw, MmfError> {
-    let hmap = MmapOptions::new()
-        .len(HEADER_LEN)
-        .map_raw(file)
-        .map_err(|e| MmfError::io("mmap", path, e))?;
+/// Maps the header alone (read-only when `read_only`) and waits (bounded) for the
+/// creator's init-state store.
+pub(super) fn map_header(
+    file: &File,
+    path: &Path,
+    timeout: Duration,
+    read_only: bool,
+) -> Result<MmapRaw, MmfError> {
+    let mut opts = MmapOptions::new();
+    opts.len(HEADER_LEN);
+    let hmap = if read_only {
+        opts.map_raw_read_only(file)
+    } else {
+        opts.map_raw(file)
+    }
+    .map_err(|e| MmfError::io("mmap", path, e))?;
     let init = HeaderWords::of(&hmap).init_state();
     let start = Instant::now();
     loop {
         // SYNC: init-state. Pairs with the creator's Release store in `create`; after it,
-        // every header and body field the creator wrote is visible.
-        let state = init.load(Ordering::Acquire);
+        // every header and body field the creator wrote is visible. A Relaxed load and an
+        // Acquire fence (not an Acquire load): only Relaxed loads are promised to work on
+        // a read-only mapping.
+        let state = init.load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
         if state == INIT_READY {
             return Ok(hmap);
         }
@@ -82,14 +97,15 @@ fn map_header(file: &File, path: &Path, timeout: Duration) -> Result<MmapRaw, Mm
 }
 
 /// Reads and validates the header of any cxc file without knowing its kind (for tools
-/// such as `cxc inspect`). The body is not mapped.
+/// such as `cxc inspect`). The body is not mapped; the file is opened and mapped
+/// read-only and only loaded from, so read permission is enough.
 ///
 /// # Errors
 /// Any [`MmfError`] describing why the file is not a valid cxc file.
 pub fn peek(path: impl AsRef<Path>) -> Result<HeaderInfo, MmfError> {
     let path = path.as_ref();
-    let (file, len) = open_file(path)?;
-    let hmap = map_header(&file, path, Duration::from_millis(0))?;
+    let (file, len) = open_file(path, true)?;
+    let hmap = map_header(&file, path, Duration::from_millis(0), true)?;
     parse_header(HeaderWords::of(&hmap), len, None)
 }
 
@@ -114,8 +130,8 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
         timeout: Duration,
     ) -> Result<Self, MmfError> {
         let path = path.as_ref();
-        let (file, len) = open_file(path)?;
-        let hmap = map_header(&file, path, timeout)?;
+        let (file, len) = open_file(path, false)?;
+        let hmap = map_header(&file, path, timeout, false)?;
         let h = HeaderWords::of(&hmap);
         // Kind and caller expectations first (the most specific errors), then lengths and
         // the checksum.

@@ -21,6 +21,8 @@ mod guard;
 mod layout;
 mod slot;
 #[cfg(not(cxc_loom))]
+mod snapshot;
+#[cfg(not(cxc_loom))]
 mod table;
 #[cfg(not(cxc_loom))]
 mod watchdog;
@@ -34,6 +36,8 @@ pub use guard::Registration;
 pub use layout::MAX_CAPACITY as HEARTBEAT_MAX_CAPACITY;
 pub use layout::counter as heartbeat_counter;
 pub use slot::HeartbeatSnapshot;
+#[cfg(not(cxc_loom))]
+pub use snapshot::HeartbeatTableSnapshot;
 #[cfg(not(cxc_loom))]
 pub use table::{HeartbeatOptions, HeartbeatTable};
 #[cfg(not(cxc_loom))]

@@ -17,8 +17,8 @@ use cxc_sidecar::Instrumented;
 /// records the registered process's full [`Identity`] in each slot (version 1 kept a
 /// 40-bit start time); files of another version are refused.
 pub(crate) const PROTOCOL_VERSION: u64 = 2;
-const HEAD_SIZE: u32 = size_of::<HeartbeatHead>() as u32;
-const SLOT_SIZE: u32 = size_of::<HeartbeatSlot>() as u32;
+pub(super) const HEAD_SIZE: u32 = size_of::<HeartbeatHead>() as u32;
+pub(super) const SLOT_SIZE: u32 = size_of::<HeartbeatSlot>() as u32;
 
 /// How [`HeartbeatTable::create_with`] makes the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl std::fmt::Debug for HeartbeatTable {
     }
 }
 
-fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
+pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     if EpochMode::decode(p[0], p[1]).is_none() {
         return Err(MmfError::ParamMismatch {
             name: "epoch_mode",

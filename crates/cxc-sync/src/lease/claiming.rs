@@ -40,7 +40,7 @@ impl LeaseState {
                 .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
                 .is_ok()
             {
-                self.note_claim(next, ClaimReason::Vacant, false);
+                self.note_claim(next, ClaimReason::Vacant, false, now);
                 return Some(Granted {
                     word: next.0,
                     torn: false,
@@ -177,7 +177,7 @@ impl LeaseState {
                     if next.quarantine() != cur.quarantine() {
                         self.bump(counter::QUARANTINED, 1);
                     }
-                    self.note_claim(next, reason, torn);
+                    self.note_claim(next, reason, torn, now);
                     return Some(Granted {
                         word: next.0,
                         torn,
@@ -193,7 +193,13 @@ impl LeaseState {
     }
 
     #[inline(always)]
-    fn note_claim(&self, word: Word, reason: ClaimReason, torn: bool) {
+    fn note_claim(&self, word: Word, reason: ClaimReason, torn: bool, now: u64) {
+        // Since when the claim is held (for `cxc inspect`): the epoch, tagged with the
+        // generation's low bits so a reader can tell it belongs to the current claim.
+        self.claimed_at.store(
+            now << CLAIMED_AT_SHIFT | (word.gen_low() & ((1 << CLAIMED_AT_SHIFT) - 1)),
+            Ordering::Relaxed,
+        );
         if word.gen_low() % TERM_CHECKPOINT == 0 {
             self.checkpoint(word.0);
         }

@@ -43,6 +43,10 @@ pub(crate) const PAYLOAD_WORDS: usize = 6;
 /// Maximum payload size in bytes.
 pub const PAYLOAD_BYTES: usize = PAYLOAD_WORDS * 8;
 
+/// Low bits of `LeaseState::claimed_at` that hold the claim's generation (modulo 2^16);
+/// the epoch is above them (48 bits: about 8.9 years of 1 µs ticks).
+pub(crate) const CLAIMED_AT_SHIFT: u32 = 16;
+
 /// `torn` value meaning: the claim that follows the vacant word of this generation (low
 /// bits) inherits an interrupted update (see `vacate_dead_holder`).
 pub(crate) const TORN_NEXT: u64 = 1 << 63;
@@ -146,8 +150,13 @@ pub(crate) struct LeaseState {
     /// Number of sleeping acquirers, for diagnostics only (may over-count after a waiter
     /// died); the wake protocol does not read it.
     pub(crate) waiters: AtomicU32,
+    /// When the current claim was made: the claimant's epoch at the claim, shifted left by
+    /// [`CLAIMED_AT_SHIFT`], over the low bits of the claim's generation (which say
+    /// whether the value belongs to the current claim). Stored (Relaxed) right after the
+    /// claim's CAS; diagnostics only, the protocol never reads it.
+    pub(crate) claimed_at: AtomicU64,
     /// Reserved (zero).
-    _reserved: [AtomicU64; 2],
+    _reserved: AtomicU64,
     /// Quarantine records, one per buffer ([`quarantine_tag`]); meaningful while the
     /// buffer's Q bit is set in the claim word.
     pub(crate) qowner: [AtomicU64; BUFS],
@@ -235,7 +244,8 @@ impl LeaseState {
             torn: AtomicU64::new(0),
             wake: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
-            _reserved: std::array::from_fn(|_| AtomicU64::new(0)),
+            claimed_at: AtomicU64::new(0),
+            _reserved: AtomicU64::new(0),
             qowner: std::array::from_fn(|_| AtomicU64::new(0)),
             bufs: std::array::from_fn(|_| PayloadBuf::new()),
             counters: std::array::from_fn(|_| AtomicU64::new(0)),

@@ -1,16 +1,17 @@
-//! Diagnostics of a lease: [`LeaseStatus`], type-erased [`inspect`], accessors, and the
-//! sidecar's view ([`AdaptiveInstance`]).
+//! Diagnostics of a lease: [`LeaseStatus`], type-erased read-only [`inspect`], accessors,
+//! and the sidecar's view ([`AdaptiveInstance`]).
 
 use std::path::Path;
 
-use cxc_mmf::{Kind, Mapped, MmfError, TypeFingerprint};
+use cxc_mmf::{Kind, MmfError, Snapshot, TypeFingerprint};
 use cxc_sidecar::{Instrumented, Instruments};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::{LeaseClaim, LeaseError, Preemption};
 use super::file::*;
-use super::state::{LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, counter};
-use crate::epoch::EpochMode;
+use super::state::{CLAIMED_AT_SHIFT, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, counter};
+use super::word::Word;
+use crate::epoch::{EpochClock, EpochMode};
 use crate::primitive::Ordering;
 use cxc_mmf::Expect;
 
@@ -30,6 +31,10 @@ pub struct LeaseStatus {
     pub torn: bool,
     /// Epoch of the holder's last beat.
     pub heartbeat_epoch: u64,
+    /// The epoch at which the current claim was made (its holder's "since when"); `None`
+    /// when vacant or when the file holds no time for this claim (a claim whose claimant
+    /// has not stored it yet).
+    pub claimed_epoch: Option<u64>,
     /// The current epoch.
     pub epoch: u64,
     /// The epoch source.
@@ -53,8 +58,14 @@ pub struct LeaseStatus {
 /// Reads the status of any lease file without knowing its payload type (for tools such as
 /// `cxc inspect`). The file is fully validated except for the payload type's identity.
 ///
+/// Read-only: the file is opened and mapped read-only and copied with loads only
+/// ([`cxc_mmf::Snapshot`]); nothing is written, no identity is registered, so read
+/// permission is enough (another user's file, a read-only mount). The payload is taken
+/// from a copy only when a second copy shows its buffer was not refilled in between (up
+/// to 20 more copies, then the payload reads as zeros).
+///
 /// # Errors
-/// [`LeaseError::File`] if the file is not a valid lease file.
+/// [`LeaseError::File`] if the file is not a valid lease file or cannot be read.
 pub fn inspect(path: impl AsRef<Path>) -> Result<LeaseStatus, LeaseError> {
     let path = path.as_ref();
     let info = cxc_mmf::peek(path)?;
@@ -70,10 +81,73 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<LeaseStatus, LeaseError> {
         payload,
         ..OwnerLease::<[u64; PAYLOAD_WORDS]>::expect()
     };
-    let map: Mapped<LeaseState> = Mapped::open(path, &expect)?;
-    // Inspection only reads: it does not register this process's identity.
-    let lease = OwnerLease::<[u64; PAYLOAD_WORDS]>::from_map_unregistered(map);
-    Ok(lease.status())
+    let mut snap: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;
+    for _ in 0..SNAPSHOT_TRIES {
+        let next: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;
+        if let Some(words) = published_whole(snap.head(), next.head()) {
+            return Ok(status_of(snap.head(), snap.info(), words));
+        }
+        snap = next;
+    }
+    Ok(status_of(snap.head(), snap.info(), [0; PAYLOAD_WORDS]))
+}
+
+/// How many more copies [`inspect`] takes at most to find the published payload whole.
+const SNAPSHOT_TRIES: u32 = 20;
+
+/// The published payload of copy `a` if it is whole: its buffer's sequence word is even
+/// and the same in the later copy `b`, so no fill of that buffer began or ended between
+/// the two loads of it, and the words (copied between them) are one publication's.
+fn published_whole(a: &LeaseState, b: &LeaseState) -> Option<[u64; PAYLOAD_WORDS]> {
+    let i = a.word().published();
+    let s1 = a.bufs[i].seq.load(Ordering::Acquire);
+    let words = std::array::from_fn(|w| a.bufs[i].words[w].load(Ordering::Relaxed));
+    (s1 & 1 == 0 && b.bufs[i].seq.load(Ordering::Acquire) == s1).then_some(words)
+}
+
+/// The epoch the current claim `cur` was made at, if the file holds it for this claim.
+fn claimed_epoch(st: &LeaseState, cur: Word) -> Option<u64> {
+    if cur.is_vacant() {
+        return None;
+    }
+    let v = st.claimed_at.load(Ordering::Relaxed);
+    let mask = (1u64 << CLAIMED_AT_SHIFT) - 1;
+    (v != 0 && v & mask == cur.gen_low() & mask).then_some(v >> CLAIMED_AT_SHIFT)
+}
+
+/// The status of the lease state `st` of a file whose header said `info`, with the
+/// published payload `payload_words`.
+fn status_of(
+    st: &LeaseState,
+    info: &cxc_mmf::HeaderInfo,
+    payload_words: [u64; PAYLOAD_WORDS],
+) -> LeaseStatus {
+    let p = info.layout.params;
+    // Validated by `check_params` at open (or built from valid options at create).
+    let epoch_mode = EpochMode::decode(p[1], p[2]).unwrap_or_default();
+    let preemption = Preemption::from_code(p[0]).unwrap_or_default();
+    let cur = st.word();
+    LeaseStatus {
+        owner: (!cur.is_vacant()).then(|| st.holder_pid(cur)),
+        generation: st.full_generation(cur.0),
+        owner_start: st
+            .holder_identity(cur)
+            .map(|i| i.unique)
+            .filter(|u| *u != 0),
+        writing: cur.writing(),
+        torn: st.torn_pending(),
+        heartbeat_epoch: st.heartbeat.load(Ordering::Acquire),
+        claimed_epoch: claimed_epoch(st, cur),
+        epoch: EpochClock::new(epoch_mode).now(&st.epoch),
+        epoch_mode,
+        preemption,
+        waiters: st.waiters.load(Ordering::Relaxed),
+        counters: std::array::from_fn(|i| st.counters[i].load(Ordering::Relaxed)),
+        payload_words,
+        payload_type: info.layout.payload,
+        strategy: st.handshake.current(),
+        recent: st.ring.snapshot(),
+    }
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Instrumented for OwnerLease<T> {
@@ -173,26 +247,6 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// A diagnostic snapshot (fields are read one by one, not as one atomic unit).
     pub fn status(&self) -> LeaseStatus {
         let st = self.state();
-        let cur = st.word();
-        LeaseStatus {
-            owner: self.current_owner(),
-            generation: st.full_generation(cur.0),
-            owner_start: st
-                .holder_identity(cur)
-                .map(|i| i.unique)
-                .filter(|u| *u != 0),
-            writing: cur.writing(),
-            torn: st.torn_pending(),
-            heartbeat_epoch: st.heartbeat.load(Ordering::Acquire),
-            epoch: self.now(),
-            epoch_mode: self.clock.mode(),
-            preemption: self.preemption,
-            waiters: st.waiters.load(Ordering::Relaxed),
-            counters: std::array::from_fn(|i| st.counters[i].load(Ordering::Relaxed)),
-            payload_words: st.read_published_consistent(),
-            payload_type: self.map.info().layout.payload,
-            strategy: st.handshake.current(),
-            recent: st.ring.snapshot(),
-        }
+        status_of(st, self.map.info(), st.read_published_consistent())
     }
 }

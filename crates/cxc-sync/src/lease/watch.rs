@@ -5,8 +5,8 @@
 //! The thread opens a pidfd for the holder, verifies the recorded identity after opening
 //! it (so the fd names the right process even under pid reuse), and
 //! `poll`s the pidfd together with an eventfd the waiter uses to stop it. When the pidfd
-//! becomes readable (the process exited; zombies included) it bumps the lease's `wake`
-//! word and wakes every sleeper.
+//! becomes readable (the process exited; zombies included) and the watched claim is still
+//! current, it bumps the lease's `wake` word and wakes every sleeper.
 
 use std::os::fd::OwnedFd;
 use std::thread::{Scope, ScopedJoinHandle};
@@ -82,8 +82,13 @@ impl<'scope> DeathWatcher<'scope> {
                         return; // stopped by the waiter
                     }
                 }
-                // The holder is gone: wake every sleeper so one takes over at once.
-                crate::park::wake_all(&state.wake);
+                // The holder is gone: wake every sleeper so one takes over at once. Only if
+                // its claim is still current: a holder that released before it exited
+                // already woke a sleeper, and waking all of them again (each with its own
+                // watcher) would only crowd the CPUs while the next holder starts.
+                if state.word().id() == id {
+                    crate::park::wake_all(&state.wake);
+                }
             })
             .ok()?;
         Some(DeathWatcher { id, stop, handle })

@@ -88,7 +88,7 @@ fn check_payload<T>() -> Result<(), RwLockError> {
     Ok(())
 }
 
-fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
+pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     let mismatch = |name, expected: String, found| MmfError::ParamMismatch {
         name,
         expected,

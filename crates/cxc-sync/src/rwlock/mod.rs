@@ -31,6 +31,8 @@ mod error;
 mod handle;
 #[cfg(not(cxc_loom))]
 mod ops;
+#[cfg(not(cxc_loom))]
+mod snapshot;
 
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
@@ -44,3 +46,5 @@ pub use handle::SharedRwLock;
 pub use layout::PAYLOAD_BYTES;
 #[cfg(not(cxc_loom))]
 pub use ops::{ReadGuard, WriteGuard};
+#[cfg(not(cxc_loom))]
+pub use snapshot::{RwHolderInfo, RwLockSnapshot};

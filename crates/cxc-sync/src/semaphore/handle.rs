@@ -48,7 +48,7 @@ pub struct SharedSemaphore {
     pub(super) observed: cxc_sidecar::Observed,
 }
 
-fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
+pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     let mismatch = |name, expected: String, found| MmfError::ParamMismatch {
         name,
         expected,
@@ -78,7 +78,7 @@ fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     Ok(())
 }
 
-fn expect(check: &dyn Fn(&[u64; 4]) -> Result<(), MmfError>) -> Expect<'_> {
+pub(super) fn expect(check: &dyn Fn(&[u64; 4]) -> Result<(), MmfError>) -> Expect<'_> {
     Expect {
         kind: Kind::Semaphore,
         head_size: HEAD_SIZE,

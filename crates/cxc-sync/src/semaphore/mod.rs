@@ -6,7 +6,8 @@
 //! - `table`: the holder table: registration, takeover of dead holders, drain, free.
 //! - `wake`: the sleepers flag and the sleep/wake handshake.
 //! - `handle`: the public type and its file; `holder`: its holder slot and reclaim;
-//!   `ops`: acquire, release, [`Permit`]; `stats`: counters and table snapshot.
+//!   `ops`: acquire, release, [`Permit`]; `stats`: counters and table snapshot;
+//!   `snapshot`: the read-only view of a file ([`SharedSemaphore::inspect`]).
 //!
 //! # State
 //!
@@ -46,6 +47,8 @@ mod holder;
 #[cfg(not(cxc_loom))]
 mod ops;
 #[cfg(not(cxc_loom))]
+mod snapshot;
+#[cfg(not(cxc_loom))]
 mod stats;
 
 #[cfg(all(test, cxc_loom))]
@@ -60,5 +63,7 @@ pub use handle::SharedSemaphore;
 pub use ops::Permit;
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use ops::RECLAIM_EVERY;
+#[cfg(not(cxc_loom))]
+pub use snapshot::SemaphoreSnapshot;
 #[cfg(not(cxc_loom))]
 pub use stats::{HolderInfo, SemaphoreStats};

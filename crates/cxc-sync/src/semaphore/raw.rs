@@ -281,11 +281,6 @@ impl<'a> RawSemaphore<'a> {
         .is_some()
     }
 
-    /// Permits handed off and not yet released (a racy read, for diagnostics).
-    pub(crate) fn handed(&self) -> u32 {
-        BookWord(self.head.handed.load(Ordering::Acquire)).held()
-    }
-
     /// Adds `n` to a counter (slow paths only); an index past the counters is ignored.
     #[inline]
     pub(crate) fn bump(&self, index: usize, n: u64) {

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::handle::SharedSemaphore;
-use super::layout::ctr;
+use super::layout::{HolderSlot, SemHead, ctr};
 use super::word::{BookWord, STATE_ACTIVE, STATE_RECLAIMING, owner_parts};
 
 /// A snapshot of the semaphore's cumulative event counters.
@@ -58,41 +58,50 @@ pub struct HolderInfo {
 impl SharedSemaphore {
     /// The cumulative event counters.
     pub fn stats(&self) -> SemaphoreStats {
-        let c = &self.map.head().counters;
-        let get = |i: usize| c[i].load(Ordering::Relaxed);
-        SemaphoreStats {
-            contended: get(ctr::CONTENDED),
-            sleeps: get(ctr::SLEEPS),
-            timeouts: get(ctr::TIMEOUTS),
-            wakes: get(ctr::WAKES),
-            overflow_rejected: get(ctr::OVERFLOW_REJECTED),
-            reclaimed_permits: get(ctr::RECLAIMED_PERMITS),
-            reclaimed_holders: get(ctr::RECLAIMED_HOLDERS),
-            registered: get(ctr::REGISTERED),
-            table_full: get(ctr::TABLE_FULL),
-            reclaim_scans: get(ctr::RECLAIM_SCANS),
-            over_held: get(ctr::OVER_HELD),
-            not_held_rejected: get(ctr::NOT_HELD_REJECTED),
-            disowned: get(ctr::DISOWNED),
-            handed: self.raw().handed(),
-        }
+        stats_of(self.map.head())
     }
 
     /// The occupied holder slots (a racy snapshot, for diagnostics).
     pub fn holders(&self) -> Vec<HolderInfo> {
-        self.map
-            .slots()
-            .iter()
-            .enumerate()
-            .filter_map(|(slot, s)| {
-                let (state, pid, _) = owner_parts(s.owner.load(Ordering::Acquire));
-                (state == STATE_ACTIVE || state == STATE_RECLAIMING).then(|| HolderInfo {
-                    slot,
-                    pid,
-                    reclaiming: state == STATE_RECLAIMING,
-                    held: BookWord(s.book.load(Ordering::Acquire)).held(),
-                })
-            })
-            .collect()
+        holders_of(self.map.slots())
     }
+}
+
+/// The counters of the head block `head`.
+pub(super) fn stats_of(head: &SemHead) -> SemaphoreStats {
+    let c = &head.counters;
+    let get = |i: usize| c[i].load(Ordering::Relaxed);
+    SemaphoreStats {
+        contended: get(ctr::CONTENDED),
+        sleeps: get(ctr::SLEEPS),
+        timeouts: get(ctr::TIMEOUTS),
+        wakes: get(ctr::WAKES),
+        overflow_rejected: get(ctr::OVERFLOW_REJECTED),
+        reclaimed_permits: get(ctr::RECLAIMED_PERMITS),
+        reclaimed_holders: get(ctr::RECLAIMED_HOLDERS),
+        registered: get(ctr::REGISTERED),
+        table_full: get(ctr::TABLE_FULL),
+        reclaim_scans: get(ctr::RECLAIM_SCANS),
+        over_held: get(ctr::OVER_HELD),
+        not_held_rejected: get(ctr::NOT_HELD_REJECTED),
+        disowned: get(ctr::DISOWNED),
+        handed: BookWord(head.handed.load(Ordering::Acquire)).held(),
+    }
+}
+
+/// The occupied entries of the holder table `slots`.
+pub(super) fn holders_of(slots: &[HolderSlot]) -> Vec<HolderInfo> {
+    slots
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, s)| {
+            let (state, pid, _) = owner_parts(s.owner.load(Ordering::Acquire));
+            (state == STATE_ACTIVE || state == STATE_RECLAIMING).then(|| HolderInfo {
+                slot,
+                pid,
+                reclaiming: state == STATE_RECLAIMING,
+                held: BookWord(s.book.load(Ordering::Acquire)).held(),
+            })
+        })
+        .collect()
 }

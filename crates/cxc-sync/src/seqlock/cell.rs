@@ -13,7 +13,7 @@ use super::state::{SeqState, counter};
 use super::{Abandoned, SeqLock, SeqLockError, WriteError, Written};
 
 /// Size of the cell's fixed block (`docs/shared-cell.md`).
-const HEAD_SIZE: u32 = size_of::<SeqState>() as u32;
+pub(super) const HEAD_SIZE: u32 = size_of::<SeqState>() as u32;
 /// Version of the cell protocol, stored in header `params[0]`. Version 1 was built on
 /// the lease's state block; version 2 has its own (`docs/shared-cell.md`).
 const CELL_PROTOCOL: u64 = 2;
@@ -26,7 +26,7 @@ fn protocol_mismatch(found: u64) -> MmfError {
     }
 }
 
-fn check_params(params: &[u64; 4]) -> Result<(), MmfError> {
+pub(super) fn check_params(params: &[u64; 4]) -> Result<(), MmfError> {
     if params[0] != CELL_PROTOCOL {
         return Err(protocol_mismatch(params[0]));
     }

@@ -9,9 +9,13 @@ mod cell;
 mod handle;
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
+#[cfg(not(cxc_loom))]
+mod snapshot;
 mod state;
 
 #[cfg(not(cxc_loom))]
 pub use cell::SharedCell;
 #[cfg(not(cxc_loom))]
 pub use handle::{Abandoned, DEFAULT_STALL_TIMEOUT, SeqLock, SeqLockError, WriteError, Written};
+#[cfg(not(cxc_loom))]
+pub use snapshot::CellStatus;
