@@ -113,6 +113,37 @@ pub(crate) fn sleep(
 
 /// A reference to the loom model futex (an empty type outside loom, so signatures do not
 /// change between builds).
+/// How long a blocked caller spins before it sleeps in the kernel, unless the file's
+/// shared strategy says otherwise: about what waking a sleeper on another CPU costs on the
+/// machines we measured (25–70 µs), so a release within that time hands over with no sleep
+/// and no wake-up (docs/BENCHMARKS.md, handoff rows).
+pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(30);
+
+/// The spin phase of every blocking path: calls `attempt` until it returns `Some` or
+/// `budget` has passed since `started`, with an exponential backoff of pause hints (1 to
+/// 64) between attempts, so a spinning waiter does not keep pulling the holder's cache
+/// line away. A zero budget makes no attempt.
+#[cfg(not(cxc_loom))]
+#[inline]
+pub(crate) fn spin_for<T>(
+    budget: Duration,
+    started: std::time::Instant,
+    mut attempt: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let mut round = 0u32;
+    // The clock is read every 4 attempts.
+    while round % 4 != 0 || started.elapsed() < budget {
+        for _ in 0..1u32 << round.min(6) {
+            std::hint::spin_loop();
+        }
+        round += 1;
+        if let Some(v) = attempt() {
+            return Some(v);
+        }
+    }
+    None
+}
+
 #[cfg(cxc_loom)]
 pub(crate) struct ModelFutexRef<'a>(pub(crate) &'a ModelFutex);
 /// A reference to the loom model futex (an empty type outside loom, so signatures do not

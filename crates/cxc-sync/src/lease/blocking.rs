@@ -23,12 +23,6 @@ const FIRST_NAP: Duration = Duration::from_millis(1);
 /// The re-check interval while a death watcher covers the holder (its death wakes us at
 /// once; this only bounds how late a stale heartbeat is noticed).
 const WATCHED_POLL: Duration = Duration::from_millis(25);
-/// How long a blocked `acquire` spins (claim attempts without OS checks) before it
-/// sleeps in the kernel, unless the file's shared strategy says otherwise: about what a
-/// wake-up of a sleeping process on another CPU costs on the machines we measured (25–70
-/// µs), so a holder that releases within that time hands over without a sleep and a
-/// wake-up (`docs/BENCHMARKS.md`, handoff round trip).
-const DEFAULT_SPIN: Duration = Duration::from_micros(30);
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
@@ -105,30 +99,21 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
         // Spin first, without OS checks, for the shared strategy's budget or the default
-        // one. Attempts back off exponentially (up to 64 pause hints between two looks at
-        // the claim word), so a spinning waiter does not keep pulling the holder's cache
-        // line away while it works.
-        let budget = st.handshake.spin_budget().unwrap_or(DEFAULT_SPIN);
-        let mut spins = 0u32;
-        loop {
-            let keep_spinning = spins % 4 != 0 || started.elapsed() < budget;
-            if !keep_spinning {
-                break;
-            }
-            for _ in 0..1u32 << spins.min(6) {
-                std::hint::spin_loop();
-            }
-            spins += 1;
-            let got = self.try_claim_without_os_check(me, grace);
-            if let Some(g) = got {
-                self.note_grant(&g);
-                self.note(
-                    OpCode::LeaseBlockedWait,
-                    sidecar_flags::WAIT_SPUN,
-                    started.elapsed().as_nanos() as u64,
-                );
-                return Some(g);
-            }
+        // one (`park::spin_for`).
+        let budget = st
+            .handshake
+            .spin_budget()
+            .unwrap_or(crate::park::DEFAULT_SPIN);
+        if let Some(g) = crate::park::spin_for(budget, started, || {
+            self.try_claim_without_os_check(me, grace)
+        }) {
+            self.note_grant(&g);
+            self.note(
+                OpCode::LeaseBlockedWait,
+                sidecar_flags::WAIT_SPUN,
+                started.elapsed().as_nanos() as u64,
+            );
+            return Some(g);
         }
         st.bump(counter::BLOCKED_WAITS, 1);
         let mut watch = super::os::CachedWatch::default();

@@ -8,8 +8,6 @@ use super::raw::Released;
 use cxc_sidecar::Instrumented;
 use cxc_sidecar::{OpCode, flags};
 
-/// Spins (re-reading the count) before the first sleep.
-const SPIN_LIMIT: u32 = 100;
 /// A blocked acquirer looks for dead holders this often.
 pub(crate) const RECLAIM_EVERY: Duration = Duration::from_millis(20);
 
@@ -132,27 +130,24 @@ impl SharedSemaphore {
         let raw = self.raw();
         raw.bump(ctr::CONTENDED, 1);
         let started = Instant::now();
-        // Spin first: the shared strategy's budget (a time), or the default iterations.
-        let budget = self.map.head().handshake.spin_budget();
-        let mut spins = 0u32;
-        loop {
-            let keep_spinning = match budget {
-                None => spins < SPIN_LIMIT,
-                Some(b) => spins % 16 != 0 || started.elapsed() < b,
-            };
-            if !keep_spinning {
-                break;
-            }
-            spins += 1;
-            if raw.available() > 0 && raw.try_acquire(holder) {
-                self.note(
-                    OpCode::SemContended,
-                    flags::WAIT_SPUN,
-                    started.elapsed().as_nanos() as u64,
-                );
-                return true;
-            }
-            std::hint::spin_loop();
+        // Spin first (re-reading the count): the shared strategy's budget, or the default
+        // one (`park::spin_for`).
+        let budget = self
+            .map
+            .head()
+            .handshake
+            .spin_budget()
+            .unwrap_or(crate::park::DEFAULT_SPIN);
+        let spun = crate::park::spin_for(budget, started, || {
+            (raw.available() > 0 && raw.try_acquire(holder)).then_some(())
+        });
+        if spun.is_some() {
+            self.note(
+                OpCode::SemContended,
+                flags::WAIT_SPUN,
+                started.elapsed().as_nanos() as u64,
+            );
+            return true;
         }
         let mut next_reclaim = Instant::now() + RECLAIM_EVERY;
         loop {
