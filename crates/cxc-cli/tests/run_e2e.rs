@@ -3,10 +3,13 @@
 //! codes, permits never leaking.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
+
+mod common;
+use common::{Job, cxc, p, read_log};
 
 /// The handover measurement runs alone: it takes this for writing, every other test (each
 /// starts many processes) for reading.
@@ -16,65 +19,6 @@ fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
     ALONE.read().unwrap_or_else(|e| e.into_inner())
 }
 
-fn cxc(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cxc"));
-    c.args(args).stdin(Stdio::null());
-    c
-}
-
-/// A running `cxc` wrapper, killed with SIGKILL if the test ends first (its keeper then
-/// terminates the command's group).
-struct Job(Child);
-
-impl Job {
-    fn start(args: &[&str]) -> Job {
-        Job(cxc(args).spawn().expect("spawn cxc"))
-    }
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.0.id() as i32).unwrap()
-    }
-    fn signal(&self, sig: Signal) {
-        rustix::process::kill_process(self.pid(), sig).unwrap();
-    }
-    /// Exit code, within `t`.
-    fn wait(&mut self, t: Duration) -> Option<i32> {
-        let end = Instant::now() + t;
-        while Instant::now() < end {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                use std::os::unix::process::ExitStatusExt;
-                return Some(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        None
-    }
-    /// The keeper process the wrapper started.
-    fn keeper(&self) -> Pid {
-        let pid = self.0.id();
-        let end = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < end {
-            let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            if let Some(k) = kids.split_whitespace().next() {
-                return Pid::from_raw(k.parse().unwrap()).unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        panic!("wrapper {pid} started no keeper");
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
 /// A job that logs `start ID NS` and `end ID NS` (also when terminated by SIGTERM).
 fn script(log: &Path, id: usize, body: &str) -> String {
     let l = p(log);
@@ -82,22 +26,6 @@ fn script(log: &Path, id: usize, body: &str) -> String {
         "trap 'echo end {id} $(date +%s%N) >> {l}; exit 0' TERM; \
          echo start {id} $(date +%s%N) >> {l}; {body}; echo end {id} $(date +%s%N) >> {l}"
     )
-}
-
-/// (kind, id, ns) lines of the log.
-fn read_log(log: &Path) -> Vec<(String, usize, u128)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((
-                f.next()?.to_string(),
-                f.next()?.parse().ok()?,
-                f.next()?.parse().ok()?,
-            ))
-        })
-        .collect()
 }
 
 fn logged(log: &Path, kind: &str, id: usize, t: Duration) -> Option<u128> {

@@ -5,66 +5,12 @@
 //! (`date +%s%N`, also when terminated by SIGTERM).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 
-fn cxc(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cxc"));
-    c.args(args).stdin(Stdio::null());
-    c
-}
-
-/// A running `cxc` wrapper, killed with SIGKILL if the test ends first.
-struct Job(Child);
-
-impl Job {
-    fn start(args: &[&str]) -> Job {
-        Job(cxc(args).spawn().expect("spawn cxc"))
-    }
-    fn signal(&self, sig: Signal) {
-        let pid = Pid::from_raw(self.0.id() as i32).unwrap();
-        rustix::process::kill_process(pid, sig).unwrap();
-    }
-    /// Exit code, within `t`.
-    fn wait(&mut self, t: Duration) -> Option<i32> {
-        let end = Instant::now() + t;
-        while Instant::now() < end {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                use std::os::unix::process::ExitStatusExt;
-                return Some(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        None
-    }
-    /// The keeper process the wrapper started.
-    fn keeper(&self) -> Pid {
-        let pid = self.0.id();
-        let end = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < end {
-            let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-                .unwrap_or_default();
-            if let Some(k) = kids.split_whitespace().next() {
-                return Pid::from_raw(k.parse().unwrap()).unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        panic!("wrapper {pid} started no keeper");
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod common;
+use common::{Job, cxc, p, read_log};
 
 /// A job that starts `body` in the background, then logs `start ID NS`, waits, and logs
 /// `end ID NS` (also when terminated by SIGTERM). `start` is logged once `body` runs, so
@@ -79,22 +25,6 @@ fn script(log: &Path, id: usize, body: &str) -> String {
 
 fn run_args<'a>(mode: &'a str, lock: &'a str, s: &'a str) -> Vec<&'a str> {
     vec!["rwlock", "run", mode, lock, "--", "sh", "-c", s]
-}
-
-/// (kind, id, ns) lines of the log.
-fn read_log(log: &Path) -> Vec<(String, usize, u128)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            Some((
-                f.next()?.to_string(),
-                f.next()?.parse().ok()?,
-                f.next()?.parse().ok()?,
-            ))
-        })
-        .collect()
 }
 
 fn logged(log: &Path, kind: &str, id: usize, t: Duration) -> Option<u128> {
