@@ -1,17 +1,16 @@
 //! The [`SeqLock<T>`] handle: per-thread writer lanes over the shared [`SeqState`].
 
-use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize, Ordering as StdOrdering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cxc_mmf::identity::{Identity, Liveness, current_pid, liveness};
+use cxc_mmf::identity::{Identity, current_pid};
 use cxc_mmf::{Mapped, MmfError};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::state::{PAYLOAD_WORDS, SLOTS, SeqState, Verdict, counter};
+use super::lane::{LANES, Lane, SHARED_LANE, thread_lane};
+use super::state::{PAYLOAD_WORDS, SLOTS, SeqState, counter};
 
 /// Maximum payload size in bytes.
 pub(crate) const PAYLOAD_BYTES: usize = PAYLOAD_WORDS * 8;
@@ -85,79 +84,6 @@ pub struct Written {
     pub abandoned: Option<Abandoned>,
 }
 
-/// Writer lanes per handle (thread indices); threads beyond them share one more lane
-/// under a mutex.
-const LANES: usize = 64;
-/// The shared lane.
-const SHARED_LANE: usize = LANES;
-const _: () = assert!(LANES.is_power_of_two());
-
-/// Thread indices `0..LANES`, unique among the live threads of this process (an index
-/// is reused only after its thread exited).
-static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
-static FREE_LANES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-/// Gives this thread's index back when the thread exits (set when it is assigned).
-struct LaneRelease(Cell<usize>);
-
-impl Drop for LaneRelease {
-    fn drop(&mut self) {
-        let v = self.0.get();
-        if (1..=LANES).contains(&v) {
-            // No write of this thread can follow: its index may go to a new thread.
-            LANE.with(|l| l.set(usize::MAX));
-            FREE_LANES
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(v - 1);
-        }
-    }
-}
-
-thread_local! {
-    /// This thread's index + 1 (0 = not assigned yet; `usize::MAX` = none: every index
-    /// is taken, or the thread is exiting). No destructor, so the fast path is one
-    /// thread-local load.
-    static LANE: Cell<usize> = const { Cell::new(0) };
-    static LANE_RELEASE: LaneRelease = const { LaneRelease(Cell::new(0)) };
-}
-
-/// This thread's lane index, or `None` (the shared lane) if every index is taken or the
-/// thread is exiting.
-#[inline(always)]
-fn thread_lane() -> Option<usize> {
-    match LANE.with(Cell::get) {
-        0 => assign_lane(),
-        v if v <= LANES => Some(v - 1),
-        _ => None,
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn assign_lane() -> Option<usize> {
-    let free = FREE_LANES.lock().unwrap_or_else(|e| e.into_inner()).pop();
-    let i = free.or_else(|| {
-        NEXT_LANE
-            .fetch_update(StdOrdering::Relaxed, StdOrdering::Relaxed, |n| {
-                (n < LANES).then_some(n + 1)
-            })
-            .ok()
-    });
-    let v = i.map_or(usize::MAX, |i| i + 1);
-    // Registers the destructor that gives the index back; a thread already exiting
-    // (its destructors running) gets none and uses the shared lane.
-    if i.is_some() && LANE_RELEASE.try_with(|r| r.0.set(v)).is_err() {
-        if let Some(i) = i {
-            FREE_LANES.lock().unwrap_or_else(|e| e.into_inner()).push(i);
-        }
-        LANE.with(|l| l.set(usize::MAX));
-        return None;
-    }
-    LANE.with(|l| l.set(v));
-    i
-}
-
 enum Store {
     Heap(Box<SeqState>),
     File(Mapped<SeqState>),
@@ -202,11 +128,12 @@ pub struct SeqLock<T> {
     /// while `store` lives), kept as a pointer so the fast paths need no match.
     st: NonNull<SeqState>,
     store: Store,
-    /// Per thread index (and the shared lane): `pid << 32 | (slot + 1)`, 0 = none. Each
-    /// entry is used by one thread at a time (the shared one under `shared`).
-    lanes: [StdAtomicU64; LANES + 1],
+    /// Per thread index (and the shared lane): the writer slot bound to it and the last
+    /// `pub_word` it published or saw. Each entry is used by one thread at a time (the
+    /// shared one under `shared`).
+    lanes: [Lane; LANES + 1],
     shared: Mutex<()>,
-    stall: Duration,
+    pub(super) stall: Duration,
     _payload: PhantomData<fn() -> T>,
 }
 
@@ -236,11 +163,8 @@ impl<T> std::fmt::Debug for SeqLock<T> {
 impl<T> Drop for SeqLock<T> {
     fn drop(&mut self) {
         let me = current_pid();
-        for l in self.lanes.iter() {
-            let l = l.load(StdOrdering::Relaxed);
-            if l != 0 && (l >> 32) as u32 == me {
-                self.state().release_slot((l as u32 - 1) as usize);
-            }
+        for slot in self.lanes.iter().filter_map(|l| l.slot_of(me)) {
+            self.state().release_slot(slot);
         }
     }
 }
@@ -367,7 +291,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
         SeqLock {
             st,
             store,
-            lanes: std::array::from_fn(|_| StdAtomicU64::new(0)),
+            lanes: std::array::from_fn(|_| Lane::default()),
             shared: Mutex::new(()),
             stall: DEFAULT_STALL_TIMEOUT,
             _payload: PhantomData,
@@ -408,24 +332,30 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
     /// [`WriteError::NoWriterSlot`] if every writer slot belongs to a live process.
     #[inline(always)]
     pub fn write(&self, value: T) -> Result<Written, WriteError> {
-        match self.own_slot() {
-            Some(slot) => {
-                let st = self.state();
-                with_words!(T, W => st.write::<W>(slot, &to_words::<T, W>(&value)));
-                Ok(Written::default())
-            }
-            // By value: a reference would make the fast path store `value` to memory
-            // first, and those stores would have to drain before its CAS.
-            None => self.write_slow(value),
+        if let Some(lane) = self.own_lane()
+            && let Some(slot) = lane.slot()
+            && let Some(seen) = lane.seen()
+        {
+            let st = self.state();
+            let p = with_words!(T, W => st.write_after::<W>(slot, seen, &to_words::<T, W>(&value)));
+            lane.set_seen(p);
+            return Ok(Written::default());
         }
+        // By value: a reference would make the fast path store `value` to memory first,
+        // and those stores would have to drain before its CAS.
+        self.write_slow(value)
     }
 
     #[cold]
     #[inline(never)]
     fn write_slow(&self, value: T) -> Result<Written, WriteError> {
         let st = self.state();
-        let (slot, _shared) = self.lane_slot()?;
-        with_words!(T, W => st.write::<W>(slot, &to_words::<T, W>(&value)));
+        let (lane, slot, _shared) = self.lane_slot()?;
+        let seen = lane
+            .seen()
+            .unwrap_or_else(|| st.pub_word.load(crate::primitive::Ordering::Relaxed));
+        let p = with_words!(T, W => st.write_after::<W>(slot, seen, &to_words::<T, W>(&value)));
+        lane.set_seen(p);
         Ok(Written::default())
     }
 
@@ -459,31 +389,39 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
         let mut value: T = from_words::<T, PAYLOAD_WORDS>(&words);
         f(&mut value);
         // The lane is taken again after `f` (which may itself write through this handle).
-        let (slot, _shared) = self.lane_slot()?;
+        let (lane, slot, _shared) = self.lane_slot()?;
         let (b, _) = st.staging(slot);
         with_words!(T, W => st.fill::<W>(b, &to_words::<T, W>(&value)));
         match st.publish(b, seen) {
-            Ok(()) => Ok(Written { abandoned }),
-            Err(_) => {
+            Ok(p) => {
+                lane.set_seen(p);
+                Ok(Written { abandoned })
+            }
+            Err(now) => {
+                // A value seen after the slot's latest publication, as a lane's `seen`
+                // must be.
+                lane.set_seen(now);
                 st.bump(counter::UPDATE_CONFLICT);
                 Err(WriteError::Superseded)
             }
         }
     }
 
-    /// This thread's writer slot if its lane has one for this process (the fast path).
+    /// This thread's own lane (not the shared one): the fast path.
     #[inline(always)]
-    fn own_slot(&self) -> Option<usize> {
+    fn own_lane(&self) -> Option<&Lane> {
         // `thread_lane` is below `LANES`, a power of two: the mask only spares a
         // bounds check.
-        let i = thread_lane()? & (LANES - 1);
-        let l = self.lanes[i].load(StdOrdering::Relaxed);
-        (l != 0 && (l >> 32) as u32 == current_pid()).then(|| (l as u32 - 1) as usize)
+        Some(&self.lanes[thread_lane()? & (LANES - 1)])
     }
 
-    /// This thread's writer slot, reserving one if needed; for a thread without a lane of
-    /// its own, the shared lane's slot and the guard that makes it this thread's.
-    fn lane_slot(&self) -> Result<(usize, Option<std::sync::MutexGuard<'_, ()>>), WriteError> {
+    /// This thread's lane and writer slot, reserving a slot if needed; for a thread
+    /// without a lane of its own, the shared lane and the guard that makes it this
+    /// thread's.
+    #[allow(clippy::type_complexity)]
+    fn lane_slot(
+        &self,
+    ) -> Result<(&Lane, usize, Option<std::sync::MutexGuard<'_, ()>>), WriteError> {
         let (i, guard) = match thread_lane() {
             Some(i) => (i, None),
             None => (
@@ -491,114 +429,30 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
                 Some(self.shared.lock().unwrap_or_else(|e| e.into_inner())),
             ),
         };
-        let me = current_pid();
-        let l = self.lanes[i].load(StdOrdering::Relaxed);
-        if l != 0 && (l >> 32) as u32 == me {
-            return Ok(((l as u32 - 1) as usize, guard));
+        let lane = &self.lanes[i];
+        if let Some(slot) = lane.slot() {
+            return Ok((lane, slot, guard));
         }
         // A new thread, or a forked child (whose copy of the lanes names its parent's
         // slots, which it must not use).
         let ident = Identity::current().to_words();
         let slot = self
             .state()
-            .reserve(ident, judge_slot)
+            .reserve(ident, super::claim::judge_slot)
             .ok_or(WriteError::NoWriterSlot)?;
-        self.lanes[i].store(
-            u64::from(me) << 32 | (slot as u64 + 1),
-            StdOrdering::Relaxed,
-        );
-        Ok((slot, guard))
+        lane.bind(slot);
+        Ok((lane, slot, guard))
     }
 
     /// The slot named in this thread's update claims (any slot of this process's lanes
     /// identifies the process; the claim only needs a live identity to judge).
     fn claim_slot(&self) -> usize {
-        let me = current_pid();
         let lane = thread_lane().unwrap_or(SHARED_LANE);
-        let l = self.lanes[lane].load(StdOrdering::Relaxed);
-        if l != 0 && (l >> 32) as u32 == me {
-            return (l as u32 - 1) as usize;
-        }
-        // The shared lane's slot (reserved by `lane_slot` just before).
-        let l = self.lanes[SHARED_LANE].load(StdOrdering::Relaxed);
-        (l as u32).saturating_sub(1) as usize
-    }
-
-    /// Takes the update claim for `slot`: at once if free; from a holder the OS proves
-    /// dead at once; from a holder that keeps the same claim longer than the stall
-    /// timeout after that timeout.
-    fn claim(&self, slot: usize) -> (u64, Option<Abandoned>) {
-        let st = self.state();
-        let c = st.claim_word();
-        if SeqState::claim_holder(c).is_none()
-            && let Some(m) = st.try_claim(c, slot)
-        {
-            return (m, died(c));
-        }
-        self.claim_slow(slot)
-    }
-
-    #[cold]
-    fn claim_slow(&self, slot: usize) -> (u64, Option<Abandoned>) {
-        const SPINS: u32 = 128;
-        const JUDGE_EVERY: Duration = Duration::from_micros(500);
-        let st = self.state();
-        let mut seen = u64::MAX;
-        let mut since = Instant::now();
-        let mut judged: Option<Instant> = None;
-        let mut rounds = 0u32;
-        loop {
-            let c = st.claim_word();
-            let Some(h) = SeqState::claim_holder(c) else {
-                if let Some(m) = st.try_claim(c, slot) {
-                    return (m, died(c));
-                }
-                continue;
-            };
-            if c != seen {
-                (seen, since, judged, rounds) = (c, Instant::now(), None, 0);
-            }
-            rounds = rounds.saturating_add(1);
-            if rounds < SPINS {
-                std::hint::spin_loop();
-                continue;
-            }
-            let now = Instant::now();
-            if judged.is_none_or(|t| now.duration_since(t) >= JUDGE_EVERY) {
-                judged = Some(now);
-                if judge_slot(st, h) == Verdict::Dead
-                    && let Some(m) = st.try_claim(c, slot)
-                {
-                    st.bump(counter::CLAIM_DEAD);
-                    return (m, Some(Abandoned::Died));
-                }
-            }
-            if now.duration_since(since) >= self.stall
-                && let Some(m) = st.try_claim(c, slot)
-            {
-                st.bump(counter::CLAIM_STALLED);
-                return (m, Some(Abandoned::Stalled));
-            }
-            std::thread::sleep(Duration::from_micros(20));
-        }
-    }
-}
-
-/// `Some(Died)` for a free claim word left by a holder that died holding it (its slot was
-/// reclaimed, `SeqState::claim_died`).
-fn died(c: u64) -> Option<Abandoned> {
-    SeqState::claim_died(c).then_some(Abandoned::Died)
-}
-
-/// The OS's verdict on the process that reserved slot `i`: `Dead` only if proven (a slot
-/// freed or re-reserved since counts as its holder gone only when freed).
-fn judge_slot(st: &SeqState, i: usize) -> Verdict {
-    match st.slot_ident(i) {
-        None => Verdict::Dead,
-        Some(w) => match liveness(&Identity::from_words(w)) {
-            Liveness::Dead => Verdict::Dead,
-            Liveness::Alive | Liveness::Unknown => Verdict::Alive,
-        },
+        // Else the shared lane's slot (reserved by `lane_slot` just before).
+        self.lanes[lane]
+            .slot()
+            .or_else(|| self.lanes[SHARED_LANE].slot())
+            .unwrap_or(0)
     }
 }
 

@@ -152,6 +152,64 @@ fn loom_seqlock_writer_stalls_at_every_step() {
     }
 }
 
+/// Writer A writes twice from its lane's `seen` (the handle's fast path: no load of
+/// `pub_word` before the CAS; the second write starts from the value the first published)
+/// while B publishes, so A's `seen` may be stale and its CAS fail and retry; a reader
+/// reads twice. Whole values only, versions never go back, A's values in order, and the
+/// last value is the last publication's.
+#[test]
+fn loom_seqlock_write_from_a_stale_seen() {
+    loom::model(|| {
+        let s = fresh();
+        let (s1, s2, s3) = (s.clone(), s.clone(), s.clone());
+        let a = thread::spawn(move || {
+            let p = s1.write::<N>(0, &[40, 40]);
+            s1.write_after::<N>(0, p, &[41, 41]);
+        });
+        let b = thread::spawn(move || {
+            s2.write::<N>(1, &[60, 60]);
+        });
+        let r = thread::spawn(move || {
+            let (v1, p1) = read(&s3);
+            let (v2, p2) = read(&s3);
+            assert!(p2 >= p1, "version went back: {p1} then {p2}");
+            for v in [v1, v2] {
+                assert!([3, 40, 41, 60].contains(&v), "read {v}");
+            }
+            assert!(!(v1 == 41 && v2 == 40), "read 41 then 40");
+        });
+        a.join().unwrap();
+        b.join().unwrap();
+        r.join().unwrap();
+        let (v, p) = read(&s);
+        assert_eq!(p, 3, "three publications");
+        assert!(v == 41 || v == 60, "last value {v}");
+    });
+}
+
+/// Writer A writes three times, each from the value its previous write published, so
+/// its third write refills the buffer its first published, while a reader may still be
+/// copying it: the reader never returns a mix, and never a value before its publication.
+#[test]
+fn loom_seqlock_refill_under_a_late_reader() {
+    loom::model(|| {
+        let s = fresh();
+        let (s1, s2) = (s.clone(), s.clone());
+        let a = thread::spawn(move || {
+            let p = s1.write::<N>(0, &[40, 40]);
+            let p = s1.write_after::<N>(0, p, &[41, 41]);
+            s1.write_after::<N>(0, p, &[42, 42]);
+        });
+        let r = thread::spawn(move || {
+            let (v, p) = read(&s2);
+            assert_eq!(v, [3, 40, 41, 42][p as usize], "value {v} at version {p}");
+        });
+        a.join().unwrap();
+        r.join().unwrap();
+        assert_eq!(read(&s), (42, 3));
+    });
+}
+
 /// One updater step sequence: claim (superseding `cur` if held), read, add one, publish
 /// only over the value read. Returns whether it published.
 fn update(s: &SeqState, slot: usize, supersede: bool) -> bool {

@@ -6,7 +6,11 @@
 #[cfg(not(cxc_loom))]
 mod cell;
 #[cfg(not(cxc_loom))]
+mod claim;
+#[cfg(not(cxc_loom))]
 mod handle;
+#[cfg(not(cxc_loom))]
+mod lane;
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 #[cfg(not(cxc_loom))]

@@ -5,20 +5,24 @@
 //! is `version << 8 | index`: the buffer readers copy, and a version that grows by one
 //! with every publication (never wraps in practice: 2^56 publications).
 //!
-//! **Write (one RMW).** The writer of slot `s` loads `pub_word`, picks the buffer of its two
-//! that is not published (only slot `s` ever publishes its buffers, so the other one stays
-//! unpublished until this writer publishes it), fills it with plain (relaxed) stores after
-//! a Release fence, and publishes with one CAS of `pub_word` (Release). A failed CAS means
-//! another writer published meanwhile; a `write` (a blind store) retries the CAS against the
-//! value it has now seen, an `update` reports the conflict. A writer that stalls or dies
-//! before its CAS has published nothing: its bytes sit in a buffer no reader is directed to.
+//! **Write (one RMW).** The writer of slot `s` picks the buffer of its two that is not
+//! published (only slot `s` ever publishes its buffers, so the other one stays unpublished
+//! until this writer publishes it), fills it with plain (relaxed) stores after a Release
+//! fence, and publishes with one CAS of `pub_word` (Release). It knows which of its
+//! buffers is published without loading `pub_word`: its lane remembers the value it last
+//! published or saw (`seen`), and that value is also the CAS's expected value. A failed
+//! CAS means another writer published meanwhile; a `write` (a blind store) retries the
+//! CAS against the value it has now seen, an `update` reports the conflict. A writer that
+//! stalls or dies before its CAS has published nothing: its bytes sit in a buffer no
+//! reader is directed to.
 //!
 //! **Read.** `p1 = pub_word` (Acquire), copy the words of buffer `p1.index`, Acquire fence,
 //! `p2 = pub_word`; the copy is returned only if `p1 == p2`, i.e. no publication happened
 //! during the copy, so the buffer was published (and so never written) throughout it. A
-//! writer that fills a buffer a late reader is still copying did so after loading a
-//! `pub_word` newer than the reader's `p1` and a Release fence; if the reader saw one of
-//! its stores, the fences synchronise and the reader's `p2` is at least that newer value.
+//! writer that fills a buffer a late reader is still copying did so after publishing or
+//! seeing (its `seen`) a `pub_word` newer than the reader's `p1`, and after a Release
+//! fence; if the reader saw one of its stores, the fences synchronise and, by coherence,
+//! the reader's `p2` is at least that newer value.
 //!
 //! **Writer slots.** A slot records the identity of the process that reserved it. A slot
 //! is released when its handle is dropped; the slot of a process the OS proves dead is
@@ -203,8 +207,8 @@ impl SeqState {
             let buf = self.buf(p1);
             let words: [u64; W] = std::array::from_fn(|i| buf.words[i].load(Ordering::Relaxed));
             // SYNC: pairs with the Release fence in `fill`: if a word was stored by a
-            // writer that refills this buffer, that writer's `pub_word` load (newer
-            // than `p1`) happens before the load below.
+            // writer that refills this buffer, the `pub_word` value that writer published
+            // or saw (newer than `p1`) happens before the load below.
             fence(Ordering::Acquire);
             if self.pub_word.load(Ordering::Relaxed) == p1 {
                 return (words, p1);
@@ -213,19 +217,28 @@ impl SeqState {
         }
     }
 
-    /// The buffer of slot `slot` that is not published now. Only the writer of `slot`
-    /// publishes its buffers, so the result stays unpublished until that writer
-    /// publishes it. Returns it with the `pub_word` seen.
-    #[inline]
-    pub(crate) fn staging(&self, slot: usize) -> (usize, u64) {
-        let p = self.pub_word.load(Ordering::Relaxed);
+    /// The buffer of slot `slot` to fill, given `seen`: a `pub_word` value that this
+    /// slot's writer published, or saw after its latest publication. Only the writer of
+    /// `slot` publishes its buffers, so if `seen` names one of them, that one is the
+    /// slot's latest publication and the other is not published; if `seen` names another
+    /// slot's buffer, neither is published. The result stays unpublished until this
+    /// writer publishes it.
+    #[inline(always)]
+    pub(crate) fn staging_after(slot: usize, seen: u64) -> usize {
         let a = 2 * slot;
-        let b = if (p & INDEX_MASK) as usize == a {
+        if (seen & INDEX_MASK) as usize == a {
             a + 1
         } else {
             a
-        };
-        (b, p)
+        }
+    }
+
+    /// The buffer of slot `slot` that is not published now (see
+    /// [`staging_after`](Self::staging_after)), with the `pub_word` seen.
+    #[inline]
+    pub(crate) fn staging(&self, slot: usize) -> (usize, u64) {
+        let p = self.pub_word.load(Ordering::Relaxed);
+        (Self::staging_after(slot, p), p)
     }
 
     /// Fills buffer `b` (a staging buffer of the caller's slot, see [`staging`]).
@@ -238,29 +251,46 @@ impl SeqState {
         }
     }
 
-    /// Publishes the filled buffer `b` if `pub_word` is still `seen`. `Err(now)`: another
-    /// writer published first; nothing was published.
+    /// Publishes the filled buffer `b` if `pub_word` is still `seen`, returning the value
+    /// published. `Err(now)`: another writer published first; nothing was published.
     #[inline(always)]
-    pub(crate) fn publish(&self, b: usize, seen: u64) -> Result<(), u64> {
+    pub(crate) fn publish(&self, b: usize, seen: u64) -> Result<u64, u64> {
         let next = ((seen >> 8).wrapping_add(1) << 8) | b as u64;
         // SYNC: publication. Pairs with the Acquire loads in `read_words`.
         self.pub_word
             .compare_exchange(seen, next, Ordering::Release, Ordering::Relaxed)
-            .map(drop)
+            .map(|_| next)
     }
 
     /// Fills and publishes `words` through `slot`: the whole write protocol of a blind
-    /// store (one RMW when uncontended).
+    /// store, one RMW when no other writer published since `seen`. `seen` is a
+    /// `pub_word` value that `slot`'s writer published, or saw after its latest
+    /// publication (see [`staging_after`](Self::staging_after)); no load of `pub_word`
+    /// precedes the CAS, whose expected value is `seen`. Returns the value published.
     #[inline(always)]
-    pub(crate) fn write<const W: usize>(&self, slot: usize, words: &[u64; W]) {
-        let (b, mut seen) = self.staging(slot);
+    pub(crate) fn write_after<const W: usize>(
+        &self,
+        slot: usize,
+        mut seen: u64,
+        words: &[u64; W],
+    ) -> u64 {
+        let b = Self::staging_after(slot, seen);
         self.fill(b, words);
-        while let Err(now) = self.publish(b, seen) {
-            // Another writer published: this store is later than that one (it has now
-            // seen it), so it replaces it.
-            seen = now;
+        loop {
+            match self.publish(b, seen) {
+                Ok(published) => return published,
+                // Another writer published: this store is later than that one (it has
+                // now seen it), so it replaces it.
+                Err(now) => seen = now,
+            }
             spin_hint();
         }
+    }
+
+    /// [`write_after`](Self::write_after) from a fresh load of `pub_word` (the models).
+    #[cfg(cxc_loom)]
+    pub(crate) fn write<const W: usize>(&self, slot: usize, words: &[u64; W]) -> u64 {
+        self.write_after(slot, self.pub_word.load(Ordering::Relaxed), words)
     }
 
     // ---- writer slots ----
