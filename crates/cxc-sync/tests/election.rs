@@ -64,8 +64,12 @@ fn a_leader_that_stops_renewing_loses_and_a_standby_leads() {
     let lease = Duration::from_millis(150);
     let a = elector(&p, "stuck", 1_000_011, lease);
     let b = elector(&p, "standby", 1_000_012, lease);
-    let la = a.campaign(Duration::from_secs(1)).unwrap().unwrap();
+    // The claim is made at some instant during `a.campaign`: timing from before it, a
+    // takeover at `took` proves the leader held for at least `took` minus the campaign's
+    // own duration (microseconds; timing from after it failed once under load, 149.8 ms
+    // for a 150 ms lease claimed a little before the clock was read).
     let t0 = Instant::now();
+    let la = a.campaign(Duration::from_secs(1)).unwrap().unwrap();
     let lb = b
         .campaign(Duration::from_secs(5))
         .unwrap()
