@@ -21,8 +21,49 @@ impl LeaseState {
         owner: impl FnMut(&Self, Word) -> Liveness,
         write: bool,
     ) -> Option<Granted> {
+        self.try_claim_from(self.word(), policy, me, grace, now, owner, write)
+    }
+
+    /// [`try_claim`](Self::try_claim) starting from `guess`, a value the claim word may
+    /// hold (e.g. the vacant word this handle's last release left), instead of a load:
+    /// the fast path's CAS expects `guess`, so its success proves the word was `guess`
+    /// (generations make words unique), exactly as if a load had returned it; a wrong
+    /// guess only costs that failed CAS, whose result the next attempt starts from.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn try_claim_from(
+        &self,
+        guess: Word,
+        policy: Policy,
+        me: Claimant,
+        grace: u64,
+        now: u64,
+        owner: impl FnMut(&Self, Word) -> Liveness,
+        write: bool,
+    ) -> Option<Granted> {
         // Fast path: a vacant lease whose heartbeat is already current (no write to it).
-        let cur = self.word();
+        let mut cur = guess;
+        for _ in 0..2 {
+            match self.try_claim_vacant(cur, me, now, write) {
+                Ok(g) => return Some(g),
+                Err(Some(actual)) => cur = actual,
+                Err(None) => break,
+            }
+        }
+        self.try_claim_slow(policy, me, grace, now, owner, write)
+    }
+
+    /// The fast path: claims the vacant word `cur` if the heartbeat is current and no
+    /// interrupted write is pending. `Err(Some(actual))`: the word was not `cur`;
+    /// `Err(None)`: the fast path does not apply.
+    #[inline(always)]
+    fn try_claim_vacant(
+        &self,
+        cur: Word,
+        me: Claimant,
+        now: u64,
+        write: bool,
+    ) -> Result<Granted, Option<Word>> {
         if cur.is_vacant()
             && me.holder != 0
             && self.heartbeat.load(Ordering::Relaxed) >= now
@@ -35,20 +76,24 @@ impl LeaseState {
                 .next_gen()
                 .with_write(write)
                 .with_private(me.private);
-            if self
-                .claim
-                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
-                .is_ok()
-            {
-                self.note_claim(next, ClaimReason::Vacant, false, now);
-                return Some(Granted {
-                    word: next.0,
-                    torn: false,
-                    reason: Some(ClaimReason::Vacant),
-                });
-            }
+            return match self.claim.compare_exchange(
+                cur.0,
+                next.0,
+                Ordering::SeqCst,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.note_claim(next, ClaimReason::Vacant, false, now);
+                    Ok(Granted {
+                        word: next.0,
+                        torn: false,
+                        reason: Some(ClaimReason::Vacant),
+                    })
+                }
+                Err(actual) => Err(Some(Word(actual))),
+            };
         }
-        self.try_claim_slow(policy, me, grace, now, owner, write)
+        Err(None)
     }
 
     #[cold]
@@ -253,6 +298,20 @@ impl LeaseState {
     fn checkpoint(&self, word: u64) {
         self.term
             .fetch_max(self.full_generation(word), Ordering::AcqRel);
+    }
+
+    /// Releases the claim if the word is exactly `word` (a claim with no write in flight,
+    /// so nothing to quarantine), with one CAS and no load before it. Returns the vacant
+    /// word left, or `None` if the word was not `word`.
+    #[inline(always)]
+    pub(crate) fn release_exact(&self, word: Word) -> Option<Word> {
+        debug_assert!(!word.is_vacant() && !word.may_be_writing());
+        let next = word.vacated();
+        self.claim
+            .compare_exchange(word.0, next.0, Ordering::SeqCst, Ordering::Relaxed)
+            .ok()?;
+        self.wake_waiters();
+        Some(next)
     }
 
     /// Releases the claim `id` (holder + generation bits). A stale id never touches the

@@ -16,6 +16,7 @@ use super::os::Identity;
 use super::state::{
     ClaimReason, Claimant, Granted, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy,
 };
+use super::word::Word;
 use crate::epoch::{EpochClock, EpochMode};
 use crate::primitive::Ordering;
 
@@ -79,6 +80,10 @@ pub struct OwnerLease<T> {
     /// word << 8 | holder`, valid while the process pid is this process's (a forked
     /// child's differs).
     pub(super) cache: [AtomicU64; 4],
+    /// The claim word as this handle last left it (the claim it made, or the vacant word
+    /// its release left): the guess that the fast paths' CAS expects instead of loading
+    /// the word first (a wrong guess costs a failed CAS, whose result they go on from).
+    pub(super) hot: AtomicU64,
     /// The process that pinned, and the identity slots it pinned (bit `holder - 1`),
     /// unpinned on drop (a forked child's copy pinned nothing).
     pub(super) pinned: std::sync::Mutex<(u32, u64)>,
@@ -294,6 +299,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             preemption,
             observed: cxc_sidecar::Observed::new(),
             cache: std::array::from_fn(|_| AtomicU64::new(0)),
+            hot: AtomicU64::new(0),
             pinned: std::sync::Mutex::new((0, 0)),
             guard: super::builder::GuardSettings::for_mode(epoch),
             _payload: PhantomData,
@@ -429,7 +435,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// One claim attempt for `me`.
     #[inline]
     pub(super) fn claim_as(&self, me: Claimant, grace: u64, write: bool) -> Option<Granted> {
-        let g = self.state().try_claim(
+        let g = self.state().try_claim_from(
+            Word(self.hot.load(Ordering::Relaxed)),
             self.policy(),
             me,
             grace,
@@ -438,6 +445,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             write,
         );
         if let Some(g) = &g {
+            self.hot.store(g.word, Ordering::Relaxed);
             self.note_grant(g);
         }
         g

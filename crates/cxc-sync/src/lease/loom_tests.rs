@@ -122,6 +122,57 @@ fn loom_claim_preempt_release() {
     });
 }
 
+/// The handle's fast paths start from a guess of the claim word (the word the handle's
+/// last claim or release left) instead of a load. A claims and releases twice from its
+/// own guesses while B claims from a stale guess (the fresh word) and releases with
+/// `release_exact`: every claim made is exclusive (a claim's release never clears
+/// another's), a stale guess never claims or releases anything, and the word ends vacant.
+#[test]
+fn loom_claim_and_release_from_a_guess() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let fresh = s.word();
+        let run = move |s: Arc<LeaseState>, pid: u32, rounds: u32| {
+            let now = s.epoch.load(Ordering::Acquire);
+            let me = Claimant {
+                holder: holder(&s, pid),
+                pid,
+                private: false,
+            };
+            let mut guess = fresh;
+            let mut held = 0u32;
+            for _ in 0..rounds {
+                let Some(g) = s.try_claim_from(guess, NEVER, me, 3, now, unknown, false) else {
+                    continue;
+                };
+                let w = Word(g.word);
+                assert_eq!(w.holder(), me.holder, "claimed for someone else");
+                held += 1;
+                // Held: nobody else can claim or release it (grace 3, no preemption).
+                assert_eq!(s.word().id(), w.id(), "a claim was superseded while held");
+                let left = s.release_exact(w).expect("the holder's exact release");
+                assert!(left.is_vacant());
+                guess = left;
+            }
+            held
+        };
+        let (s1, s2) = (s.clone(), s.clone());
+        let a = thread::spawn(move || run(s1, 10, 2));
+        let b = thread::spawn(move || run(s2, 20, 1));
+        let (ha, hb) = (a.join().unwrap(), b.join().unwrap());
+        assert!(ha + hb >= 1, "nobody ever claimed");
+        let end = s.word();
+        assert!(end.is_vacant());
+        assert_eq!(
+            end.gen_low(),
+            u64::from(ha + hb),
+            "one generation per claim"
+        );
+        // A stale exact release changes nothing.
+        assert!(s.release_exact(Word(fresh.0 | 1)).is_none());
+    });
+}
+
 /// L2 + L4: a holder writes while a lower pid preempts. A write reported successful is
 /// the value the new holder reads; a write reported failed is never visible; the value
 /// is never torn.

@@ -63,11 +63,31 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// under the same pid: that write then fails and is never published.
     #[inline]
     pub fn release(&self, my_pid: u32) -> bool {
+        // Fast path: the claim this handle made, if it is still the word (the CAS proves
+        // it) and no write is in flight (then `release_from` must quarantine).
+        let guess = Word(self.hot.load(Ordering::Relaxed));
+        if self.cache_hit(my_pid, guess.holder())
+            && !guess.may_be_writing()
+            && let Some(vacated) = self.state().release_exact(guess)
+        {
+            self.hot.store(vacated.0, Ordering::Relaxed);
+            if self.observed.get() {
+                self.note(
+                    OpCode::LeaseRelease,
+                    0,
+                    self.state().full_generation(guess.0),
+                );
+            }
+            return true;
+        }
         let cur = self.state().word();
         if !self.held_as(cur, my_pid) {
             return false;
         }
         let ok = self.state().release_from(cur.id(), cur, false);
+        if ok {
+            self.hot.store(cur.vacated().0, Ordering::Relaxed);
+        }
         if self.observed.get() {
             let op = if ok {
                 OpCode::LeaseRelease
@@ -121,7 +141,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 let r = f(&mut value);
                 st.fill(word, &to_words(&value), words_for::<T>());
                 guard.armed = false;
-                st.publish(word, true).then_some(r)
+                let left = st.publish_word(word, true)?;
+                self.hot.store(left.0, Ordering::Relaxed);
+                Some(r)
             }
             None => {
                 let cur = st.word();

@@ -242,6 +242,12 @@ impl LeaseState {
     /// is freed (it will store nothing more into it).
     #[inline]
     pub(crate) fn publish(&self, word: Word, release: bool) -> bool {
+        self.publish_word(word, release).is_some()
+    }
+
+    /// [`publish`](Self::publish), returning the claim word it installed.
+    #[inline]
+    pub(crate) fn publish_word(&self, word: Word, release: bool) -> Option<Word> {
         let mut cur = word;
         loop {
             let next = if release {
@@ -264,7 +270,7 @@ impl LeaseState {
                     if release {
                         self.wake_waiters();
                     }
-                    return true;
+                    return Some(next);
                 }
                 // Only the quarantine bits changed (another writer freed its buffer).
                 Err(actual) if Word(actual).sans_quarantine() == word.sans_quarantine() => {
@@ -273,7 +279,7 @@ impl LeaseState {
                 Err(_) => {
                     self.bump(counter::STALE_OP_REJECTED, 1);
                     self.free_own_quarantine(word);
-                    return false;
+                    return None;
                 }
             }
         }
