@@ -124,9 +124,10 @@ fn loom_claim_preempt_release() {
 
 /// The handle's fast paths start from a guess of the claim word (the word the handle's
 /// last claim or release left) instead of a load. A claims and releases twice from its
-/// own guesses while B claims from a stale guess (the fresh word) and releases with
-/// `release_exact`: every claim made is exclusive (a claim's release never clears
-/// another's), a stale guess never claims or releases anything, and the word ends vacant.
+/// own guesses while B claims from a stale guess (the fresh word); each holder writes
+/// with `start_write_exact` and releases with `release_exact`: every claim made is
+/// exclusive (a claim's release never clears another's), a stale guess never claims,
+/// writes or releases anything, and the word ends vacant.
 #[test]
 fn loom_claim_and_release_from_a_guess() {
     loom::model(|| {
@@ -150,6 +151,10 @@ fn loom_claim_and_release_from_a_guess() {
                 held += 1;
                 // Held: nobody else can claim or release it (grace 3, no preemption).
                 assert_eq!(s.word().id(), w.id(), "a claim was superseded while held");
+                // A held write from the exact word (`write_as_owner`'s fast path).
+                let ww = s.start_write_exact(w).expect("the holder's exact WRITE");
+                s.fill(ww, &words(u64::from(pid)), 1);
+                let w = s.publish_word(ww, false).expect("the holder's publication");
                 let left = s.release_exact(w).expect("the holder's exact release");
                 assert!(left.is_vacant());
                 guess = left;
@@ -168,8 +173,15 @@ fn loom_claim_and_release_from_a_guess() {
             u64::from(ha + hb),
             "one generation per claim"
         );
-        // A stale exact release changes nothing.
+        // A stale exact release or WRITE changes nothing.
         assert!(s.release_exact(Word(fresh.0 | 1)).is_none());
+        assert!(
+            s.start_write_exact(Word(fresh.0 | 1).with_stage(Some(1)))
+                .is_none()
+        );
+        // The last publication is the value read back.
+        let v = s.read_published_consistent();
+        assert!(v[0] == 10 || v[0] == 20, "read {v:?}");
     });
 }
 

@@ -183,11 +183,31 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// the publication are one atomic step: a holder that was superseded never publishes.
     #[inline]
     pub fn write_as_owner(&self, my_pid: u32, value: T) -> bool {
-        self.state()
-            .write_if(&to_words(&value), words_for::<T>(), |w| {
-                self.held_as(w, my_pid)
-            })
-            .is_ok()
+        let st = self.state();
+        let words = to_words(&value);
+        // Fast path: from the handle's guess of the word (see `release`); the WRITE CAS
+        // proves the word was the guess, a claim this process made for `my_pid`.
+        let guess = Word(self.hot.load(Ordering::Relaxed));
+        let word = if self.cache_hit(my_pid, guess.holder())
+            && !guess.may_be_writing()
+            && guess.stage().is_some()
+            && let Some(w) = st.start_write_exact(guess)
+        {
+            w
+        } else {
+            match st.start_write(|w| self.held_as(w, my_pid)) {
+                Ok(w) => w,
+                Err(_) => return false,
+            }
+        };
+        st.fill(word, &words, words_for::<T>());
+        match st.publish_word(word, false) {
+            Some(left) => {
+                self.hot.store(left.0, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Writes the payload if `claim` is still current and this process made it (fenced).

@@ -216,6 +216,19 @@ impl LeaseState {
         }
     }
 
+    /// [`start_write`](Self::start_write) from the claim word `word` without loading it
+    /// first: sets WRITE if the word is exactly `word` (a claim with a staging buffer and
+    /// no write in flight). `None` if it is not (the caller then takes the full path).
+    #[inline(always)]
+    pub(crate) fn start_write_exact(&self, word: Word) -> Option<Word> {
+        debug_assert!(!word.is_vacant() && !word.may_be_writing() && word.stage().is_some());
+        let next = word.with_write(true);
+        self.claim
+            .compare_exchange(word.0, next.0, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| next)
+    }
+
     /// Fills the staging buffer of `word` (the caller holds WRITE on `word`; while the
     /// claim is current nobody else writes that buffer, and once it is superseded the
     /// buffer is quarantined until this writer is done).
