@@ -84,6 +84,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     fn try_claim_without_os_check(&self, me: Claimant, grace: u64) -> Option<Granted> {
         self.state().try_claim(
+            self.state().word(),
             self.policy(),
             me,
             grace,
@@ -130,6 +131,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 // none).
                 let check_os = naps > 0;
                 let got = st.try_claim(
+                    st.word(),
                     self.policy(),
                     me,
                     grace,

@@ -11,27 +11,15 @@ impl LeaseState {
     /// Claim protocol (seed 000 + fencing). `now` is the current epoch (read once by the
     /// caller); `owner` judges the holder's OS liveness. With `write` the new claim is
     /// installed with the WRITE bit already set (used by `with_lease`).
-    #[inline]
-    pub(crate) fn try_claim(
-        &self,
-        policy: Policy,
-        me: Claimant,
-        grace: u64,
-        now: u64,
-        owner: impl FnMut(&Self, Word) -> Liveness,
-        write: bool,
-    ) -> Option<Granted> {
-        self.try_claim_from(self.word(), policy, me, grace, now, owner, write)
-    }
-
-    /// [`try_claim`](Self::try_claim) starting from `guess`, a value the claim word may
-    /// hold (e.g. the vacant word this handle's last release left), instead of a load:
-    /// the fast path's CAS expects `guess`, so its success proves the word was `guess`
-    /// (generations make words unique), exactly as if a load had returned it; a wrong
-    /// guess only costs that failed CAS, whose result the next attempt starts from.
+    ///
+    /// `guess` is the claim word as just loaded, or a value it may hold (the word this
+    /// handle's last operation left) instead of a load: the fast path's CAS expects
+    /// `guess`, so its success proves the word was `guess` (generations make words
+    /// unique), exactly as if a load had returned it; a wrong guess only costs that
+    /// failed CAS, whose result the next attempt starts from.
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn try_claim_from(
+    pub(crate) fn try_claim(
         &self,
         guess: Word,
         policy: Policy,

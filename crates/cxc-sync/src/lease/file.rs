@@ -435,7 +435,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// One claim attempt for `me`.
     #[inline]
     pub(super) fn claim_as(&self, me: Claimant, grace: u64, write: bool) -> Option<Granted> {
-        let g = self.state().try_claim_from(
+        let g = self.state().try_claim(
             Word(self.hot.load(Ordering::Relaxed)),
             self.policy(),
             me,

@@ -63,7 +63,7 @@ fn claim_judged(
         pid,
         private: false,
     };
-    s.try_claim(policy, me, grace, now, judge, write)
+    s.try_claim(s.word(), policy, me, grace, now, judge, write)
         .map(|g| (s.claim_for(g.word, g.torn, pid), g.word))
 }
 
@@ -143,7 +143,7 @@ fn loom_claim_and_release_from_a_guess() {
             let mut guess = fresh;
             let mut held = 0u32;
             for _ in 0..rounds {
-                let Some(g) = s.try_claim_from(guess, NEVER, me, 3, now, unknown, false) else {
+                let Some(g) = s.try_claim(guess, NEVER, me, 3, now, unknown, false) else {
                     continue;
                 };
                 let w = Word(g.word);
@@ -457,7 +457,7 @@ fn blocking_claim(s: &LeaseState, pid: u32) -> super::LeaseClaim {
     loop {
         let seq = crate::park::announce(&s.wake);
         s.recheck();
-        if let Some(g) = s.try_claim(NEVER, me, u64::MAX / 2, 0, unknown, false) {
+        if let Some(g) = s.try_claim(s.word(), NEVER, me, u64::MAX / 2, 0, unknown, false) {
             return s.claim_for(g.word, g.torn, pid);
         }
         crate::park::sleep(&s.wake, seq, std::time::Duration::ZERO, s.model().as_ref());

@@ -30,6 +30,43 @@ fn read(s: &SeqState) -> (u64, u64) {
     (w[0], p >> 8)
 }
 
+/// A reader that reads twice: whole values among `allowed`, a version that never goes
+/// back, and never `later` then `earlier` (two publications of one writer, in order).
+fn read_twice(s: &SeqState, allowed: [u64; 4], (earlier, later): (u64, u64)) {
+    let (v1, p1) = read(s);
+    let (v2, p2) = read(s);
+    assert!(p2 >= p1, "version went back: {p1} then {p2}");
+    for v in [v1, v2] {
+        assert!(allowed.contains(&v), "read {v}");
+    }
+    assert!(
+        !(v1 == later && v2 == earlier),
+        "read {later} then {earlier}"
+    );
+}
+
+/// Runs writers `a` and `b` beside a [`read_twice`] reader (`allowed`, `order`), then
+/// checks that there were three publications and that the last value is one of `last`.
+fn beside_a_reader(
+    s: Arc<SeqState>,
+    a: impl FnOnce(&SeqState) + Send + 'static,
+    b: impl FnOnce(&SeqState) + Send + 'static,
+    allowed: [u64; 4],
+    order: (u64, u64),
+    last: [u64; 2],
+) {
+    let (s1, s2, s3) = (s.clone(), s.clone(), s.clone());
+    let a = thread::spawn(move || a(&s1));
+    let b = thread::spawn(move || b(&s2));
+    let r = thread::spawn(move || read_twice(&s3, allowed, order));
+    a.join().unwrap();
+    b.join().unwrap();
+    r.join().unwrap();
+    let (v, p) = read(&s);
+    assert_eq!(p, 3, "three publications");
+    assert!(last.contains(&v), "last value {v}");
+}
+
 /// The write protocol of `SeqState::write`, stopped after `steps` steps (a writer that
 /// dies or stalls there): 0 = before anything, 1 = after choosing its buffer, 2 = after
 /// its first word, 3 = after its second word, 4 = published.
@@ -112,10 +149,8 @@ fn loom_seqlock_writer_dies_at_every_step() {
 fn loom_seqlock_writer_stalls_at_every_step() {
     for steps in 1..4 {
         loom::model(move || {
-            let s = fresh();
-            let (s1, s2, s3) = (s.clone(), s.clone(), s.clone());
-            let a = thread::spawn(move || {
-                let Some((b, seen)) = write_steps(&s1, 0, 50, steps) else {
+            let a = move |s1: &SeqState| {
+                let Some((b, seen)) = write_steps(s1, 0, 50, steps) else {
                     return;
                 };
                 // Stalled here; resumes (loom lets the others run at every point).
@@ -127,27 +162,13 @@ fn loom_seqlock_writer_stalls_at_every_step() {
                     seen = now;
                     thread::yield_now();
                 }
-            });
-            let b = thread::spawn(move || {
+            };
+            let b = |s2: &SeqState| {
                 s2.write::<N>(1, &[60, 60]);
                 s2.write::<N>(1, &[61, 61]);
-            });
-            let r = thread::spawn(move || {
-                let (v1, p1) = read(&s3);
-                let (v2, p2) = read(&s3);
-                assert!(p2 >= p1, "version went back: {p1} then {p2}");
-                for v in [v1, v2] {
-                    assert!([3, 50, 60, 61].contains(&v), "read {v}");
-                }
-                // B publishes 60 before 61: after 61, 60 never comes back.
-                assert!(!(v1 == 61 && v2 == 60), "read 61 then 60");
-            });
-            a.join().unwrap();
-            b.join().unwrap();
-            r.join().unwrap();
-            let (v, p) = read(&s);
-            assert_eq!(p, 3, "three publications");
-            assert!(v == 50 || v == 61, "last value {v}");
+            };
+            // B publishes 60 before 61: after 61, 60 never comes back.
+            beside_a_reader(fresh(), a, b, [3, 50, 60, 61], (60, 61), [50, 61]);
         });
     }
 }
@@ -160,30 +181,14 @@ fn loom_seqlock_writer_stalls_at_every_step() {
 #[test]
 fn loom_seqlock_write_from_a_stale_seen() {
     loom::model(|| {
-        let s = fresh();
-        let (s1, s2, s3) = (s.clone(), s.clone(), s.clone());
-        let a = thread::spawn(move || {
+        let a = |s1: &SeqState| {
             let p = s1.write::<N>(0, &[40, 40]);
             s1.write_after::<N>(0, p, &[41, 41]);
-        });
-        let b = thread::spawn(move || {
+        };
+        let b = |s2: &SeqState| {
             s2.write::<N>(1, &[60, 60]);
-        });
-        let r = thread::spawn(move || {
-            let (v1, p1) = read(&s3);
-            let (v2, p2) = read(&s3);
-            assert!(p2 >= p1, "version went back: {p1} then {p2}");
-            for v in [v1, v2] {
-                assert!([3, 40, 41, 60].contains(&v), "read {v}");
-            }
-            assert!(!(v1 == 41 && v2 == 40), "read 41 then 40");
-        });
-        a.join().unwrap();
-        b.join().unwrap();
-        r.join().unwrap();
-        let (v, p) = read(&s);
-        assert_eq!(p, 3, "three publications");
-        assert!(v == 41 || v == 60, "last value {v}");
+        };
+        beside_a_reader(fresh(), a, b, [3, 40, 41, 60], (40, 41), [41, 60]);
     });
 }
 
