@@ -5,6 +5,7 @@
 //! mark detects a file written with the other order.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// The header length in bytes. The primitive's body starts right after it.
 pub const HEADER_LEN: usize = 128;
@@ -22,42 +23,114 @@ pub const INIT_UNINIT: u32 = 0;
 /// Init-state: every byte of the file is written; openers may validate and map it.
 pub const INIT_READY: u32 = 0x5245_4459; // "READY"-ish, so a zero-filled file is not ready
 
-/// Byte offsets of the header fields (see `docs/memory-layout.md`).
+/// The 128-byte header as it lies in a file (the table in `docs/memory-layout.md`). The
+/// memory is shared with other processes, so every field is an atomic; the layout is
+/// `#[repr(C)]` with explicit padding, and [`off`] is derived from it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct FileHeader {
+    /// [`MAGIC`].
+    pub magic: AtomicU64,
+    /// [`FORMAT_VERSION`].
+    pub version: AtomicU32,
+    /// [`ENDIAN_MARK`] as written by the creator.
+    pub endian: AtomicU32,
+    /// The primitive's [`Kind`] code.
+    pub kind: AtomicU32,
+    /// The header length (always [`HEADER_LEN`]).
+    pub header_len: AtomicU32,
+    /// The total file length.
+    pub total_len: AtomicU64,
+    /// The size of the primitive's fixed block.
+    pub head_size: AtomicU32,
+    /// The size of one slot.
+    pub slot_size: AtomicU32,
+    /// The number of slots.
+    pub capacity: AtomicU64,
+    /// The payload type's size.
+    pub payload_size: AtomicU32,
+    /// The payload type's alignment.
+    pub payload_align: AtomicU32,
+    /// The payload type's name hash.
+    pub type_hash: AtomicU64,
+    /// The primitive's parameters.
+    pub params: [AtomicU64; 4],
+    /// The creator's pid.
+    pub creator_pid: AtomicU32,
+    /// Zero.
+    pub _pad0: AtomicU32,
+    /// The creator's start time (clock ticks since boot).
+    pub creator_start: AtomicU64,
+    /// The init-state word, stored last by the creator ([`INIT_READY`]).
+    pub init_state: AtomicU32,
+    /// Zero.
+    pub _pad1: AtomicU32,
+    /// FNV-1a over the native bytes of the fields before [`init_state`](Self::init_state).
+    pub checksum: AtomicU64,
+}
+
+const _: () = assert!(size_of::<FileHeader>() == HEADER_LEN && align_of::<FileHeader>() == 8);
+
+/// Byte offsets of the header fields, from [`FileHeader`] (see `docs/memory-layout.md`).
 pub mod off {
+    use super::FileHeader;
+    use std::mem::offset_of;
+
     /// `u64` magic.
-    pub const MAGIC: usize = 0;
+    pub const MAGIC: usize = offset_of!(FileHeader, magic);
     /// `u32` format version.
-    pub const VERSION: usize = 8;
+    pub const VERSION: usize = offset_of!(FileHeader, version);
     /// `u32` byte-order mark.
-    pub const ENDIAN: usize = 12;
+    pub const ENDIAN: usize = offset_of!(FileHeader, endian);
     /// `u32` primitive kind code.
-    pub const KIND: usize = 16;
+    pub const KIND: usize = offset_of!(FileHeader, kind);
     /// `u32` header length (always 128).
-    pub const HEADER_LEN: usize = 20;
+    pub const HEADER_LEN: usize = offset_of!(FileHeader, header_len);
     /// `u64` total file length.
-    pub const TOTAL_LEN: usize = 24;
+    pub const TOTAL_LEN: usize = offset_of!(FileHeader, total_len);
     /// `u32` size of the primitive's fixed block.
-    pub const HEAD_SIZE: usize = 32;
+    pub const HEAD_SIZE: usize = offset_of!(FileHeader, head_size);
     /// `u32` size of one slot.
-    pub const SLOT_SIZE: usize = 36;
+    pub const SLOT_SIZE: usize = offset_of!(FileHeader, slot_size);
     /// `u64` number of slots.
-    pub const CAPACITY: usize = 40;
+    pub const CAPACITY: usize = offset_of!(FileHeader, capacity);
     /// `u32` payload size.
-    pub const PAYLOAD_SIZE: usize = 48;
+    pub const PAYLOAD_SIZE: usize = offset_of!(FileHeader, payload_size);
     /// `u32` payload alignment.
-    pub const PAYLOAD_ALIGN: usize = 52;
+    pub const PAYLOAD_ALIGN: usize = offset_of!(FileHeader, payload_align);
     /// `u64` payload type-name hash.
-    pub const TYPE_HASH: usize = 56;
+    pub const TYPE_HASH: usize = offset_of!(FileHeader, type_hash);
     /// `[u64; 4]` primitive parameters.
-    pub const PARAMS: usize = 64;
+    pub const PARAMS: usize = offset_of!(FileHeader, params);
     /// `u32` creator pid.
-    pub const CREATOR_PID: usize = 96;
+    pub const CREATOR_PID: usize = offset_of!(FileHeader, creator_pid);
     /// `u64` creator start time (clock ticks since boot).
-    pub const CREATOR_START: usize = 104;
+    pub const CREATOR_START: usize = offset_of!(FileHeader, creator_start);
     /// `u32` init-state word, stored last by the creator.
-    pub const INIT_STATE: usize = 112;
+    pub const INIT_STATE: usize = offset_of!(FileHeader, init_state);
     /// `u64` checksum over bytes 0..112.
-    pub const CHECKSUM: usize = 120;
+    pub const CHECKSUM: usize = offset_of!(FileHeader, checksum);
+
+    // The documented table (`docs/memory-layout.md`): a field that moves is a new format.
+    const _: () = assert!(
+        MAGIC == 0
+            && VERSION == 8
+            && ENDIAN == 12
+            && KIND == 16
+            && HEADER_LEN == 20
+            && TOTAL_LEN == 24
+            && HEAD_SIZE == 32
+            && SLOT_SIZE == 36
+            && CAPACITY == 40
+            && PAYLOAD_SIZE == 48
+            && PAYLOAD_ALIGN == 52
+            && TYPE_HASH == 56
+            && PARAMS == 64
+            && CREATOR_PID == 96
+            && CREATOR_START == 104
+            && INIT_STATE == 112
+            && CHECKSUM == 120
+    );
 }
 
 /// Which primitive a file holds.

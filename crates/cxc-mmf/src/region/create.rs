@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memmap2::MmapOptions;
 
 use crate::error::MmfError;
-use crate::header::{HeaderInfo, INIT_READY, Layout, off};
+use crate::header::{HeaderInfo, INIT_READY, Layout};
 
 use super::codec::HeaderWords;
 use super::options::{CreateOptions, Expect, Origin};
@@ -88,8 +88,8 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
         let info = HeaderInfo {
             layout,
             total_len: total,
-            creator_pid: h.u32(off::CREATOR_PID),
-            creator_start: h.u64(off::CREATOR_START),
+            creator_pid: h.creator_pid.load(Ordering::Relaxed),
+            creator_start: h.creator_start.load(Ordering::Relaxed),
         };
         let mapped = Self::from_map(map, info, path.to_path_buf())?;
         init(mapped.head(), mapped.slots());

@@ -2,9 +2,8 @@
 //! caller expects; and of the view types against a layout.
 
 use crate::error::{FoundKind, MmfError};
-use crate::header::{
-    ENDIAN_MARK, FORMAT_VERSION, HEADER_LEN, HeaderInfo, Kind, Layout, MAGIC, off,
-};
+use crate::header::{ENDIAN_MARK, FORMAT_VERSION, HEADER_LEN, HeaderInfo, Kind, Layout, MAGIC};
+use std::sync::atomic::Ordering;
 
 use super::codec::HeaderWords;
 use super::options::Expect;
@@ -67,7 +66,7 @@ pub(super) fn check_identity(
     expect_kind: Option<Kind>,
 ) -> Result<HeaderInfo, MmfError> {
     check_format(h)?;
-    let header_len = h.u32(off::HEADER_LEN);
+    let header_len = h.header_len.load(Ordering::Relaxed);
     if header_len as usize != HEADER_LEN {
         return Err(MmfError::ParamMismatch {
             name: "header_len",
@@ -75,7 +74,7 @@ pub(super) fn check_identity(
             found: u64::from(header_len),
         });
     }
-    let code = h.u32(off::KIND);
+    let code = h.kind.load(Ordering::Relaxed);
     let kind = match (expect_kind, Kind::from_code(code)) {
         (Some(want), Some(k)) if want == k => k,
         (Some(want), found) => {
@@ -98,21 +97,21 @@ pub(super) fn check_identity(
 
 /// Magic, byte order and version: is this a cxc file of this format at all?
 pub(super) fn check_format(h: HeaderWords<'_>) -> Result<(), MmfError> {
-    let magic = h.u64(off::MAGIC);
+    let magic = h.magic.load(Ordering::Relaxed);
     if magic != MAGIC {
         return Err(MmfError::BadMagic {
             expected: MAGIC,
             found: magic,
         });
     }
-    let endian = h.u32(off::ENDIAN);
+    let endian = h.endian.load(Ordering::Relaxed);
     if endian != ENDIAN_MARK {
         return Err(MmfError::Endianness {
             expected: ENDIAN_MARK,
             found: endian,
         });
     }
-    let version = h.u32(off::VERSION);
+    let version = h.version.load(Ordering::Relaxed);
     if version != FORMAT_VERSION {
         return Err(MmfError::UnsupportedVersion {
             expected: FORMAT_VERSION,
@@ -157,7 +156,7 @@ pub(super) fn check_lengths_and_sum(
         });
     }
     let sum = h.checksum();
-    let stored = h.u64(off::CHECKSUM);
+    let stored = h.checksum.load(Ordering::Relaxed);
     if sum != stored {
         return Err(MmfError::HeaderChecksum {
             expected: sum,
