@@ -44,35 +44,37 @@ impl<'a> HeaderWords<'a> {
     }
 
     /// Checksum of the header bytes before the init-state word: FNV-1a over the fields'
-    /// native bytes, in file order (padding included).
+    /// native bytes, in file order (padding included). No allocation: it also runs in a
+    /// forked child before `exec`, where another thread may have held the allocator's lock.
     pub(super) fn checksum(self) -> u64 {
         let h = self.0;
-        let mut bytes = Vec::with_capacity(off::INIT_STATE);
-        let put32 = |bytes: &mut Vec<u8>, a: &AtomicU32| {
-            bytes.extend_from_slice(&a.load(Ordering::Relaxed).to_ne_bytes())
+        let mut bytes = [0u8; off::INIT_STATE];
+        let mut at = 0;
+        let mut put = |b: &[u8]| {
+            bytes[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
         };
-        let put64 = |bytes: &mut Vec<u8>, a: &AtomicU64| {
-            bytes.extend_from_slice(&a.load(Ordering::Relaxed).to_ne_bytes())
-        };
-        put64(&mut bytes, &h.magic);
-        put32(&mut bytes, &h.version);
-        put32(&mut bytes, &h.endian);
-        put32(&mut bytes, &h.kind);
-        put32(&mut bytes, &h.header_len);
-        put64(&mut bytes, &h.total_len);
-        put32(&mut bytes, &h.head_size);
-        put32(&mut bytes, &h.slot_size);
-        put64(&mut bytes, &h.capacity);
-        put32(&mut bytes, &h.payload_size);
-        put32(&mut bytes, &h.payload_align);
-        put64(&mut bytes, &h.type_hash);
+        let w32 = |a: &AtomicU32| a.load(Ordering::Relaxed).to_ne_bytes();
+        let w64 = |a: &AtomicU64| a.load(Ordering::Relaxed).to_ne_bytes();
+        put(&w64(&h.magic));
+        put(&w32(&h.version));
+        put(&w32(&h.endian));
+        put(&w32(&h.kind));
+        put(&w32(&h.header_len));
+        put(&w64(&h.total_len));
+        put(&w32(&h.head_size));
+        put(&w32(&h.slot_size));
+        put(&w64(&h.capacity));
+        put(&w32(&h.payload_size));
+        put(&w32(&h.payload_align));
+        put(&w64(&h.type_hash));
         for p in &h.params {
-            put64(&mut bytes, p);
+            put(&w64(p));
         }
-        put32(&mut bytes, &h.creator_pid);
-        put32(&mut bytes, &h._pad0);
-        put64(&mut bytes, &h.creator_start);
-        debug_assert_eq!(bytes.len(), off::INIT_STATE);
+        put(&w32(&h.creator_pid));
+        put(&w32(&h._pad0));
+        put(&w64(&h.creator_start));
+        debug_assert_eq!(at, off::INIT_STATE);
         fnv1a(&bytes)
     }
 
