@@ -12,13 +12,10 @@ use std::time::{Duration, Instant};
 use cxc_sync::{RwLockOptions, SharedRwLock, async_waiters, block_on};
 use cxc_testkit::{Rng, RoleCommand, in_role, path_arg, report, wait_until};
 
-type P = [u64; 4];
+mod reactor;
+use reactor::{serial, tokio_runtime};
 
-/// The reactor is process-wide: tests that count its waiters run one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    M.lock().unwrap_or_else(|e| e.into_inner())
-}
+type P = [u64; 4];
 
 fn lock(dir: &tempfile::TempDir, grace: Duration) -> Arc<SharedRwLock<P>> {
     Arc::new(
@@ -31,14 +28,6 @@ fn lock(dir: &tempfile::TempDir, grace: Duration) -> Arc<SharedRwLock<P>> {
     )
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap()
-}
-
 /// Readers wait while a writer holds, then all hold at once; the value they read is the
 /// writer's.
 #[test]
@@ -46,7 +35,7 @@ fn readers_wait_for_the_writer_then_share() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
     let l = lock(&dir, Duration::from_secs(5));
-    let rt = runtime();
+    let rt = tokio_runtime();
     let inside = Arc::new(AtomicU32::new(0));
     let peak = Arc::new(AtomicU32::new(0));
     rt.block_on(async {
@@ -142,7 +131,7 @@ fn random_cancellation_and_exclusion_under_many_tasks() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
     let l = lock(&dir, Duration::from_secs(5));
-    let rt = runtime();
+    let rt = tokio_runtime();
     let mut rng = Rng::for_test();
     // > 0: readers inside; -1: a writer inside.
     let holders = Arc::new(AtomicI64::new(0));
