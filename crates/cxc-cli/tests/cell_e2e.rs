@@ -1,7 +1,6 @@
 //! `cxc create cell` and `inspect`/`watch` of a shared cell, on the built binary: the
 //! published value in hex, the counters, recent observations, every output format.
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use cxc::AdaptiveInstance;
@@ -20,9 +19,8 @@ fn out(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod common;
+use common::p;
 
 #[test]
 fn create_cell_then_inspect_shows_the_published_value() {
