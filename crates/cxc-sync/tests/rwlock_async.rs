@@ -17,6 +17,21 @@ use reactor::{serial, tokio_runtime};
 
 type P = [u64; 4];
 
+/// The reactor to this test alone ([`serial`]), and a new lock (grace `grace`) in a
+/// fresh directory.
+fn serial_lock(
+    grace: Duration,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    Arc<SharedRwLock<P>>,
+) {
+    let s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let l = lock(&dir, grace);
+    (s, dir, l)
+}
+
 fn lock(dir: &tempfile::TempDir, grace: Duration) -> Arc<SharedRwLock<P>> {
     Arc::new(
         SharedRwLock::create_with(
@@ -32,9 +47,7 @@ fn lock(dir: &tempfile::TempDir, grace: Duration) -> Arc<SharedRwLock<P>> {
 /// writer's.
 #[test]
 fn readers_wait_for_the_writer_then_share() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
     let rt = tokio_runtime();
     let inside = Arc::new(AtomicU32::new(0));
     let peak = Arc::new(AtomicU32::new(0));
@@ -77,9 +90,7 @@ fn readers_wait_for_the_writer_then_share() {
 /// preference) and gets the lock once the reader leaves.
 #[test]
 fn writer_waits_for_readers_with_preference() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
     let r = l.read();
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
@@ -107,9 +118,7 @@ fn writer_waits_for_readers_with_preference() {
 /// A write future dropped while draining gives its claim up: readers get in at once.
 #[test]
 fn dropping_a_draining_write_future_gives_up_its_claim() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
     let r = l.read();
     let mut fut = Box::pin(l.write_async());
     let mut cx = Context::from_waker(Waker::noop());
@@ -128,9 +137,7 @@ fn dropping_a_draining_write_future_gives_up_its_claim() {
 /// writer ever together with anyone.
 #[test]
 fn random_cancellation_and_exclusion_under_many_tasks() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
     let rt = tokio_runtime();
     let mut rng = Rng::for_test();
     // > 0: readers inside; -1: a writer inside.
@@ -201,9 +208,7 @@ fn killed_and_stopped_writers_in_other_processes_are_replaced() {
         std::thread::sleep(Duration::from_secs(60));
         return;
     }
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_millis(300));
+    let (_s, dir, l) = serial_lock(Duration::from_millis(300));
     let test = "killed_and_stopped_writers_in_other_processes_are_replaced";
     let path = dir.path().join("rw");
 

@@ -54,11 +54,8 @@ fn log_line(log: &Path, line: &str) {
 fn in_soon<G>(what: &str, lock_within: impl FnOnce(Duration) -> Option<G>) -> G {
     let t = Instant::now();
     let g = lock_within(Duration::from_secs(5)).expect(what);
-    assert!(
-        t.elapsed() < Duration::from_secs(2),
-        "{what}: {:?}",
-        t.elapsed()
-    );
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "{what}: {took:?}");
     g
 }
 
