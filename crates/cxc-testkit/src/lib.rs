@@ -45,6 +45,7 @@
 
 #![forbid(unsafe_code)]
 
+mod command;
 mod host;
 mod payload;
 mod proc;
@@ -52,9 +53,10 @@ mod rng;
 mod role;
 mod wait;
 
+pub use command::{RoleCommand, spawn_role};
 pub use host::{all_threads_in_state, find_program};
 pub use payload::{intact, sealed};
-pub use proc::{Proc, RoleCommand, spawn_role};
+pub use proc::Proc;
 pub use rng::{Rng, SEED_VAR, mix};
 pub use role::{
     ARG_VAR_PREFIX, REPORT_PREFIX, ROLE_VAR, arg, fields, in_role, path_arg, report, role, try_arg,
