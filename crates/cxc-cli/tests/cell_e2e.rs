@@ -6,6 +6,9 @@ use std::process::{Command, Output, Stdio};
 use cxc::AdaptiveInstance;
 use cxc_cli::{CELL_BYTES, CellBytes};
 
+mod common;
+use common::p;
+
 fn cxc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cxc"))
         .args(args)
@@ -18,9 +21,6 @@ fn out(o: &Output) -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
-
-mod common;
-use common::p;
 
 #[test]
 fn create_cell_then_inspect_shows_the_published_value() {

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use cxc_testkit::{Proc, wait_for_path};
 
+mod common;
+use common::p;
+
 /// Bound on any one `cxc` run (the demo is the longest), so a hang fails the test.
 const T: Duration = Duration::from_secs(120);
 
@@ -63,9 +66,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stderr)
     )
 }
-
-mod common;
-use common::p;
 
 #[test]
 fn inspect_each_kind_text_and_json() {
