@@ -15,6 +15,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use cxc::SharedRwLock;
+use cxc_benches::baseline::init_pshared_rwlock;
 use cxc_benches::shm::SharedPage;
 
 /// A `pthread_rwlock_t` with PTHREAD_PROCESS_SHARED in a shared mapping.
@@ -26,21 +27,9 @@ impl PthreadRwLock {
     /// by anyone else, and outlive the returned value.
     unsafe fn init(cell: *mut u8) -> Self {
         let l = cell.cast::<libc::pthread_rwlock_t>();
-        let mut attr = std::mem::MaybeUninit::<libc::pthread_rwlockattr_t>::uninit();
-        // SAFETY: `attr` is initialised by `pthread_rwlockattr_init` before any other use
-        // and destroyed after `pthread_rwlock_init`; `l` is valid and unused (caller).
-        unsafe {
-            assert_eq!(libc::pthread_rwlockattr_init(attr.as_mut_ptr()), 0);
-            assert_eq!(
-                libc::pthread_rwlockattr_setpshared(
-                    attr.as_mut_ptr(),
-                    libc::PTHREAD_PROCESS_SHARED
-                ),
-                0
-            );
-            assert_eq!(libc::pthread_rwlock_init(l, attr.as_ptr()), 0);
-            libc::pthread_rwlockattr_destroy(attr.as_mut_ptr());
-        }
+        // SAFETY: `l` is valid for writes of a `pthread_rwlock_t`, aligned, and used by
+        // nobody else (the caller's contract).
+        unsafe { init_pshared_rwlock(l) };
         PthreadRwLock(l)
     }
 
@@ -72,36 +61,47 @@ fn bench(c: &mut Criterion) {
     let base = unsafe { PthreadRwLock::init(page.cell(0)) };
     let payload = page.counter(0);
 
-    let mut g = c.benchmark_group("shared_rwlock/read_lock_unlock");
-    g.bench_function("cxc", |b| b.iter(|| drop(black_box(lock.read()))));
-    g.bench_function("pthread", |b| {
-        b.iter(|| {
+    same_run(
+        c,
+        "read_lock_unlock",
+        || drop(black_box(lock.read())),
+        || {
             base.read();
             base.unlock();
-        })
-    });
-    g.finish();
-
-    let mut g = c.benchmark_group("shared_rwlock/write_lock_unlock");
-    g.bench_function("cxc", |b| b.iter(|| drop(black_box(lock.write()))));
-    g.bench_function("pthread", |b| {
-        b.iter(|| {
+        },
+    );
+    same_run(
+        c,
+        "write_lock_unlock",
+        || drop(black_box(lock.write())),
+        || {
             base.write();
             base.unlock();
-        })
-    });
-    g.finish();
-
-    let mut g = c.benchmark_group("shared_rwlock/read_get");
-    g.bench_function("cxc", |b| b.iter(|| black_box(lock.read().get())));
-    g.bench_function("pthread", |b| {
-        b.iter(|| {
+        },
+    );
+    same_run(
+        c,
+        "read_get",
+        || black_box(lock.read().get()),
+        || {
             base.read();
             let v = payload.load(std::sync::atomic::Ordering::Relaxed);
             base.unlock();
             black_box(v)
-        })
-    });
+        },
+    );
+}
+
+/// Group `shared_rwlock/<case>`: `cxc` then `pthread`, each running its routine.
+fn same_run<A, B>(
+    c: &mut Criterion,
+    case: &str,
+    mut cxc: impl FnMut() -> A,
+    mut pthread: impl FnMut() -> B,
+) {
+    let mut g = c.benchmark_group(format!("shared_rwlock/{case}"));
+    g.bench_function("cxc", |b| b.iter(&mut cxc));
+    g.bench_function("pthread", |b| b.iter(&mut pthread));
     g.finish();
 }
 

@@ -1,6 +1,6 @@
 //! The cross-process baselines: raw futex wait/wake on a shared word, a futex mutex
-//! (Drepper's three-state mutex), a robust process-shared pthread mutex, `flock`, and
-//! SysV semaphores.
+//! (Drepper's three-state mutex), a robust process-shared pthread mutex, the
+//! initialisation of a process-shared pthread rwlock, `flock`, and SysV semaphores.
 
 use std::fs::File;
 use std::io;
@@ -21,6 +21,28 @@ pub fn futex_wait(word: &AtomicU32, expected: u32) {
 #[inline]
 pub fn futex_wake(word: &AtomicU32, n: u32) {
     let _ = futex::wake(word, futex::Flags::empty(), n);
+}
+
+/// Initialises a `pthread_rwlock_t` at `l` with `PTHREAD_PROCESS_SHARED` (glibc's
+/// default kind, which prefers readers); panics if a pthread call fails.
+///
+/// # Safety
+/// `l` must be valid for writes of a `pthread_rwlock_t` and suitably aligned, and
+/// nobody (in any process) may use it while this runs.
+pub unsafe fn init_pshared_rwlock(l: *mut libc::pthread_rwlock_t) {
+    let mut attr = std::mem::MaybeUninit::<libc::pthread_rwlockattr_t>::uninit();
+    // SAFETY: `attr` is initialised by `pthread_rwlockattr_init` before any other use
+    // and destroyed after `pthread_rwlock_init`; `l` is valid, aligned and unused (the
+    // caller's contract).
+    unsafe {
+        assert_eq!(libc::pthread_rwlockattr_init(attr.as_mut_ptr()), 0);
+        assert_eq!(
+            libc::pthread_rwlockattr_setpshared(attr.as_mut_ptr(), libc::PTHREAD_PROCESS_SHARED),
+            0
+        );
+        assert_eq!(libc::pthread_rwlock_init(l, attr.as_ptr()), 0);
+        libc::pthread_rwlockattr_destroy(attr.as_mut_ptr());
+    }
 }
 
 /// A process-shared futex mutex: 0 unlocked, 1 locked, 2 locked with sleepers

@@ -34,6 +34,17 @@ def per_op(fn, n, rounds=5):
     return statistics.median(samples)
 
 
+def entered(lock):
+    """A benchmark body: `with lock: pass`, n times."""
+
+    def body(n):
+        for _ in range(n):
+            with lock:
+                pass
+
+    return body
+
+
 def cases(d):
     lease = cxc.Lease(os.path.join(d, "b.lease"))
 
@@ -62,12 +73,7 @@ def cases(d):
 
         fl = filelock.FileLock(os.path.join(d, "b.filelock"))
 
-        def filelock_with(n):
-            for _ in range(n):
-                with fl:
-                    pass
-
-        yield FILELOCK, filelock_with
+        yield FILELOCK, entered(fl)
     except ImportError:
         pass
 
@@ -83,12 +89,7 @@ def cases(d):
 
     mp = multiprocessing.Lock()
 
-    def mp_lock(n):
-        for _ in range(n):
-            with mp:
-                pass
-
-    yield "multiprocessing.Lock (related processes only)", mp_lock
+    yield "multiprocessing.Lock (related processes only)", entered(mp)
 
     try:
         import portalocker
@@ -113,12 +114,7 @@ def cases(d):
 
     mps = multiprocessing.Semaphore(1)
 
-    def mp_sem(n):
-        for _ in range(n):
-            with mps:
-                pass
-
-    yield "multiprocessing.Semaphore(1) (related processes only)", mp_sem
+    yield "multiprocessing.Semaphore(1) (related processes only)", entered(mps)
 
     try:
         import posix_ipc

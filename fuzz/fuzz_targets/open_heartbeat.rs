@@ -2,22 +2,13 @@
 //! register/beat/in-flight/unregister round and a watchdog scan.
 #![no_main]
 
-use cxc_fuzz::{FAKE_PID, write_input};
+use cxc_fuzz::FAKE_PID;
 use cxc_sync::{FailoverWatchdog, HeartbeatTable};
-use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let path = write_input(data);
-    let Ok(table) = HeartbeatTable::open_any(path) else {
-        return;
-    };
+cxc_fuzz::fuzz_opened!(HeartbeatTable::open_any, |table, path| {
     let cap = table.capacity();
     let _ = HeartbeatTable::open(path, cap);
-    let _ = table.epoch_mode();
-    let _ = table.global_epoch();
-    let _ = table.counters();
-    let _ = table.strategy();
-    let _ = table.recent_observations();
+    cxc_fuzz::call_each!(table; epoch_mode, global_epoch, counters, strategy, recent_observations);
     for slot in 0..=cap {
         let _ = table.snapshot(slot);
     }

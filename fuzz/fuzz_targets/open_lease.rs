@@ -11,14 +11,8 @@ fn exercise<T: FromBytes + IntoBytes + Immutable + KnownLayout>(path: &std::path
     let Ok(lease) = OwnerLease::<T>::open(path) else {
         return;
     };
-    let _ = lease.status();
-    let _ = lease.current_owner();
-    let _ = lease.current_claim();
-    let _ = lease.current_epoch();
-    let _ = lease.lease_term();
-    let _ = lease.payload_torn();
-    let _ = lease.epoch_mode();
-    let _ = lease.preemption();
+    cxc_fuzz::call_each!(lease; status, current_owner, current_claim, current_epoch, lease_term,
+        payload_torn, epoch_mode, preemption);
     let _ = format!("{lease:?}");
     // A claimant that is not this process (no OS checks of its own identity).
     if let Some(claim) = lease.try_claim(FAKE_PID, 1) {

@@ -2,24 +2,11 @@
 //! round (registering this process as a holder) and a dead-holder reclaim.
 #![no_main]
 
-use cxc_fuzz::write_input;
 use cxc_sync::SharedSemaphore;
-use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let path = write_input(data);
-    let Ok(sem) = SharedSemaphore::open(path) else {
-        return;
-    };
-    let _ = sem.available();
-    let _ = sem.max_permits();
-    let _ = sem.holder_capacity();
-    let _ = sem.holders();
-    let _ = sem.stats();
-    let _ = sem.strategy();
-    let _ = sem.recent_observations();
-    let _ = sem.reclaim_dead();
-    let _ = sem.register();
+cxc_fuzz::fuzz_opened!(SharedSemaphore::open, |sem, _path| {
+    cxc_fuzz::call_each!(sem; available, max_permits, holder_capacity, holders, stats, strategy,
+        recent_observations, reclaim_dead, register);
     if let Some(permit) = sem.try_acquire() {
         let _ = sem.holders();
         drop(permit);
@@ -28,6 +15,5 @@ fuzz_target!(|data: &[u8]| {
         permit.disown();
         let _ = sem.release();
     }
-    let _ = sem.available();
-    let _ = sem.holders();
+    cxc_fuzz::call_each!(sem; available, holders);
 });

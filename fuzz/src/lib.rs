@@ -104,3 +104,36 @@ pub fn write_input(input: &[u8]) -> &'static Path {
 
 /// A pid no process has (above the kernel's `PID_MAX_LIMIT` of 2^22).
 pub const FAKE_PID: u32 = 0x7FFF_FFF0;
+
+/// A fuzz target that writes each input to the scratch file ([`write_input`]), opens it
+/// with `open` and, when that succeeds, runs `body` with the handle and the path.
+///
+/// ```ignore
+/// cxc_fuzz::fuzz_opened!(SharedSemaphore::open, |sem, _path| {
+///     let _ = sem.available();
+/// });
+/// ```
+#[macro_export]
+macro_rules! fuzz_opened {
+    ($open:expr, |$handle:ident, $path:ident| $body:block) => {
+        ::libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+            let $path = $crate::write_input(data);
+            if let Ok($handle) = $open($path) {
+                $body
+            }
+        });
+    };
+}
+
+/// Calls each named method (no arguments) on `handle` and drops the results: a fuzz
+/// target checks only that none of them panics, whatever the file held.
+///
+/// ```ignore
+/// cxc_fuzz::call_each!(sem; available, max_permits, holders);
+/// ```
+#[macro_export]
+macro_rules! call_each {
+    ($handle:expr; $($method:ident),+ $(,)?) => {
+        $(let _ = $handle.$method();)+
+    };
+}

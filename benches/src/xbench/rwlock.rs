@@ -41,23 +41,10 @@ impl<'a> PthreadRwLock<'a> {
     /// lock while this runs.
     pub(crate) unsafe fn init(page: &'a SharedPage, i: usize) -> Self {
         let l = page.cell(i).cast::<libc::pthread_rwlock_t>();
-        let mut attr = std::mem::MaybeUninit::<libc::pthread_rwlockattr_t>::uninit();
-        // SAFETY: `attr` is initialised by `pthread_rwlockattr_init` before any other use
-        // and destroyed after `pthread_rwlock_init`; `l` points to a 64-byte aligned cell
-        // of at least `size_of::<pthread_rwlock_t>()` bytes (const-asserted) inside the
-        // mapping, which `page` keeps alive; nobody else uses it now (caller).
-        unsafe {
-            assert_eq!(libc::pthread_rwlockattr_init(attr.as_mut_ptr()), 0);
-            assert_eq!(
-                libc::pthread_rwlockattr_setpshared(
-                    attr.as_mut_ptr(),
-                    libc::PTHREAD_PROCESS_SHARED
-                ),
-                0
-            );
-            assert_eq!(libc::pthread_rwlock_init(l, attr.as_ptr()), 0);
-            libc::pthread_rwlockattr_destroy(attr.as_mut_ptr());
-        }
+        // SAFETY: `l` points to a 64-byte aligned cell of at least
+        // `size_of::<pthread_rwlock_t>()` bytes (const-asserted) inside the mapping, which
+        // `page` keeps alive; nobody else uses it now (caller).
+        unsafe { crate::baseline::init_pshared_rwlock(l) };
         PthreadRwLock {
             lock: l,
             _page: page,

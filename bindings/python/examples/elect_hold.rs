@@ -5,9 +5,11 @@
 //! (and step down). The identity is `rust`, the lease duration 1 s.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cxc::{ElectionConfig, Elector, MmapElection};
+
+mod common;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -19,19 +21,15 @@ fn main() {
     let mut out = std::io::stdout();
     match mode {
         "lead" => {
-            let secs: f64 = args[3].parse().expect("seconds");
             let l = loop {
                 if let Some(l) = elector.campaign(Duration::from_secs(1)).expect("campaign") {
                     break l;
                 }
             };
-            writeln!(out, "leader {}", l.token()).unwrap();
-            out.flush().unwrap();
-            let end = Instant::now() + Duration::from_secs_f64(secs);
-            while Instant::now() < end {
+            let leader = format!("leader {}", l.token());
+            common::hold_for(&args[3], &leader, Duration::from_millis(20), || {
                 l.renew().expect("still leading");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            });
             l.step_down().expect("stepped down while leading");
             writeln!(out, "stepped-down").unwrap();
         }

@@ -5,7 +5,9 @@
 //! `got TOKEN` (and release).
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -17,15 +19,11 @@ fn main() {
     let mut out = std::io::stdout();
     match mode {
         "hold" => {
-            let secs: f64 = args[3].parse().expect("seconds");
             let g = lease.lock();
-            writeln!(out, "held {}", g.token()).unwrap();
-            out.flush().unwrap();
-            let end = Instant::now() + Duration::from_secs_f64(secs);
-            while Instant::now() < end {
+            let held = format!("held {}", g.token());
+            common::hold_for(&args[3], &held, Duration::from_millis(50), || {
                 g.beat().expect("still held");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            });
             g.unlock().expect("released while held");
             writeln!(out, "released").unwrap();
         }

@@ -2,10 +2,14 @@
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+
+import cxc
 
 HERE = pathlib.Path(__file__).resolve().parent
 CRATE = HERE.parent
@@ -54,3 +58,61 @@ def python_child(code, *args, **kw):
         text=True,
         **kw,
     )
+
+
+PERMIT_HOLDER = r"""
+import sys, time, cxc
+sem = cxc.Semaphore(sys.argv[1], int(sys.argv[2]))
+p = sem.acquire(timeout=10)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def permit_holders(path, permits):
+    """Semaphore `path` with `permits` permits, each taken and kept by a child process
+    of its own: returns (the semaphore, the children) once every child holds."""
+    sem = cxc.Semaphore(path, permits)
+    kids = [python_child(PERMIT_HOLDER, path, permits) for _ in range(permits)]
+    for k in kids:
+        assert k.stdout.readline().strip() == "held"
+    return sem, kids
+
+
+def interrupt_waiting_child(code, path, ready):
+    """Starts `python -c code path`, waits for its line `ready`, lets it block, sends
+    SIGINT; it must exit within 0.5 s. Returns (its stdout, its exit code)."""
+    kid = python_child(code, path)
+    assert kid.stdout.readline().strip() == ready
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    kid.send_signal(signal.SIGINT)
+    out, _ = kid.communicate(timeout=5)
+    assert time.monotonic() - t0 < 0.5
+    return out, kid.returncode
+
+
+def ticks_while(thread, seconds=0.4):
+    """Starts `thread`, counts this thread's 1 ms sleeps for `seconds`, joins `thread`
+    and returns the count (over 100: the other thread's blocking left the GIL free)."""
+    ticks = 0
+    thread.start()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        ticks += 1
+        time.sleep(0.001)
+    thread.join()
+    return ticks
+
+
+def assert_exit_raises_lost_only_without_exception(hold, lose):
+    """`hold()` gives a context manager; `lose()`, run inside it, makes it lose what it
+    holds. Leaving it then raises LostError, unless an exception leaves it: that one
+    propagates instead."""
+    with pytest.raises(cxc.LostError):
+        with hold():
+            lose()
+    with pytest.raises(KeyError):
+        with hold():
+            lose()
+            raise KeyError("mine")

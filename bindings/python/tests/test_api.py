@@ -8,6 +8,7 @@ import time
 import pytest
 
 import cxc
+from conftest import assert_exit_raises_lost_only_without_exception
 
 
 def test_lease_guard_roundtrip(tmp_path):
@@ -86,15 +87,12 @@ def test_lost_after_stale_hold(tmp_path):
 
 def test_exit_raises_lost_only_without_exception(tmp_path):
     lease = cxc.Lease(tmp_path / "a.lease", grace=0.2)
-    with pytest.raises(cxc.LostError):
-        with lease.lock():
-            time.sleep(0.4)
-            lease.lock(timeout=2).release()
-    with pytest.raises(KeyError):
-        with lease.lock():
-            time.sleep(0.4)
-            lease.lock(timeout=2).release()
-            raise KeyError("mine")
+
+    def taken_over():
+        time.sleep(0.4)
+        lease.lock(timeout=2).release()
+
+    assert_exit_raises_lost_only_without_exception(lease.lock, taken_over)
 
 
 def test_gil_released_while_blocking(tmp_path):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import cxc
-from conftest import python_child
+from conftest import permit_holders, python_child
 
 
 def os_threads():
@@ -265,21 +265,8 @@ def test_woken_by_another_process(tmp_path):
     run(main())
 
 
-PERMIT = r"""
-import sys, time, cxc
-sem = cxc.Semaphore(sys.argv[1], 2)
-p = sem.acquire(timeout=10)
-print("held", flush=True)
-time.sleep(60)
-"""
-
-
 def test_async_permit_back_after_holder_sigkill(tmp_path):
-    path = tmp_path / "pool.sem"
-    sem = cxc.Semaphore(path, 2)
-    kids = [python_child(PERMIT, path) for _ in range(2)]
-    for k in kids:
-        assert k.stdout.readline().strip() == "held"
+    sem, kids = permit_holders(tmp_path / "pool.sem", 2)
 
     async def main():
         waiters = [asyncio.create_task(sem.acquire_async(timeout=10)) for _ in range(2)]

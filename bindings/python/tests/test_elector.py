@@ -9,7 +9,12 @@ import time
 import pytest
 
 import cxc
-from conftest import python_child
+from conftest import (
+    assert_exit_raises_lost_only_without_exception,
+    interrupt_waiting_child,
+    python_child,
+    ticks_while,
+)
 
 
 def test_campaign_renew_step_down(tmp_path):
@@ -52,13 +57,7 @@ def test_term_lost_without_renewal(tmp_path):
 
 def test_exit_raises_lost_only_without_exception(tmp_path):
     el = cxc.Elector(tmp_path / "e.lease", grace=0.2)
-    with pytest.raises(cxc.LostError):
-        with el.campaign():
-            time.sleep(0.35)
-    with pytest.raises(KeyError):
-        with el.campaign():
-            time.sleep(0.35)
-            raise KeyError("mine")
+    assert_exit_raises_lost_only_without_exception(el.campaign, lambda: time.sleep(0.35))
 
 
 def test_errors(tmp_path):
@@ -236,25 +235,12 @@ def test_campaign_releases_gil_and_ctrl_c_interrupts(tmp_path):
     path = tmp_path / "e.lease"
     lead = cxc.Elector(path, grace=5.0, identity="leader").campaign()
     # Another process campaigns while this one leads: SIGINT ends its campaign.
-    kid = python_child(STANDBY, path)
-    assert kid.stdout.readline().strip() == "campaigning"
-    time.sleep(0.2)
-    t0 = time.monotonic()
-    kid.send_signal(signal.SIGINT)
-    out, _ = kid.communicate(timeout=5)
-    assert kid.returncode == 3 and out.split() == ["interrupted", "leader"]
-    assert time.monotonic() - t0 < 0.5
+    out, code = interrupt_waiting_child(STANDBY, path, "campaigning")
+    assert code == 3 and out.split() == ["interrupted", "leader"]
     # A thread of this process that blocks in wait_lost() does not hold the GIL.
     result = []
     t = threading.Thread(target=lambda: result.append(lead.wait_lost(timeout=0.5)))
-    ticks = 0
-    t.start()
-    end = time.monotonic() + 0.4
-    while time.monotonic() < end:
-        ticks += 1
-        time.sleep(0.001)
-    t.join()
-    assert ticks > 100 and result == [False]
+    assert ticks_while(t) > 100 and result == [False]
     lead.renew()
     lead.step_down()
     assert lead.wait_lost(timeout=0) is True
@@ -275,14 +261,7 @@ def test_campaign_releases_gil_and_ctrl_c_interrupts(tmp_path):
                 errors.append(e)
 
         t = threading.Thread(target=campaign)
-        ticks = 0
-        t.start()
-        end = time.monotonic() + 0.4
-        while time.monotonic() < end:
-            ticks += 1
-            time.sleep(0.001)
-        t.join()
-        assert ticks > 100
+        assert ticks_while(t) > 100
         assert len(errors) == 1 and isinstance(errors[0], cxc.Timeout)
     finally:
         c.kill_all()

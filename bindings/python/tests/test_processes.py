@@ -10,7 +10,7 @@ import time
 import pytest
 
 import cxc
-from conftest import python_child
+from conftest import interrupt_waiting_child, permit_holders, python_child
 
 # A worker: takes the lease, increments the 8-byte counter in its payload, and logs the
 # value it is about to publish ("w V") and the value it published ("d V"), until it has
@@ -143,21 +143,8 @@ def test_killed_holder_releases_lease(tmp_path):
     py.wait()
 
 
-PERMIT = r"""
-import sys, time, cxc
-sem = cxc.Semaphore(sys.argv[1], 3)
-p = sem.acquire(timeout=10)
-print("held", flush=True)
-time.sleep(60)
-"""
-
-
 def test_semaphore_permits_return_after_sigkill(tmp_path):
-    path = tmp_path / "pool.sem"
-    sem = cxc.Semaphore(path, 3)
-    kids = [python_child(PERMIT, path) for _ in range(3)]
-    for k in kids:
-        assert k.stdout.readline().strip() == "held"
+    sem, kids = permit_holders(tmp_path / "pool.sem", 3)
     assert sem.available == 0
     assert sem.try_acquire() is None
     for k in kids:
@@ -187,11 +174,5 @@ def test_ctrl_c_interrupts_blocking_lock(tmp_path):
     path = tmp_path / "a.lease"
     lease = cxc.Lease(path)
     with lease.lock():
-        kid = python_child(WAITER, path)
-        assert kid.stdout.readline().strip() == "waiting"
-        time.sleep(0.2)
-        t0 = time.monotonic()
-        kid.send_signal(signal.SIGINT)
-        out, _ = kid.communicate(timeout=5)
-        assert kid.returncode == 3 and "interrupted" in out
-        assert time.monotonic() - t0 < 0.5
+        out, code = interrupt_waiting_child(WAITER, path, "waiting")
+        assert code == 3 and "interrupted" in out

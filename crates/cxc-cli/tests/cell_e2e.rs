@@ -1,11 +1,13 @@
 //! `cxc create cell` and `inspect`/`watch` of a shared cell, on the built binary: the
 //! published value in hex, the counters, recent observations, every output format.
 
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use cxc::AdaptiveInstance;
 use cxc_cli::{CELL_BYTES, CellBytes};
+
+mod common;
+use common::p;
 
 fn cxc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cxc"))
@@ -18,10 +20,6 @@ fn cxc(args: &[&str]) -> Output {
 fn out(o: &Output) -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 #[test]

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use cxc_testkit::{Proc, wait_for_path};
 
+mod common;
+use common::p;
+
 /// Bound on any one `cxc` run (the demo is the longest), so a hang fails the test.
 const T: Duration = Duration::from_secs(120);
 
@@ -20,6 +23,38 @@ fn start(args: &[&str]) -> Proc {
     Proc::spawn(cmd, &format!("cxc {}", args.join(" ")))
 }
 
+/// Starts `cxc lease run LEASE -- sh -c "touch MARKER; BODY"` and waits until its
+/// command runs (the marker exists).
+fn start_holding(lease: &Path, marker: &Path, body: &str) -> Proc {
+    let script = format!("touch {}; {body}", p(marker));
+    let holder = start(&["lease", "run", p(lease), "--", "sh", "-c", &script]);
+    assert!(
+        wait_for_path(marker, Duration::from_secs(10)),
+        "the holding run never started"
+    );
+    holder
+}
+
+/// In a fresh directory, starts `n` runs of `cxc CMD RUN FILE [OPTS] -- sh -c SCRIPT`
+/// at once (`cmd` is `[CMD, RUN, OPTS...]`; SCRIPT's `$1` is a log file in the same
+/// directory), waits for all of them and returns the log's lines.
+fn run_at_once(n: usize, cmd: &[&str], script: &str) -> Vec<String> {
+    let d = tempfile::tempdir().unwrap();
+    let (file, log) = (d.path().join("f"), d.path().join("log"));
+    let mut args = cmd.to_vec();
+    args.insert(2, p(&file));
+    args.extend(["--", "sh", "-c", script, "sh", p(&log)]);
+    let mut kids: Vec<Proc> = (0..n).map(|_| start(&args)).collect();
+    for k in &mut kids {
+        k.finish(T);
+    }
+    std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
 fn run(args: &[&str]) -> Output {
     start(args).output(T)
 }
@@ -30,10 +65,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 #[test]
@@ -105,25 +136,12 @@ fn inspect_bad_files_is_one_line_exit_2() {
 
 #[test]
 fn concurrent_lease_runs_never_interleave() {
-    let d = tempfile::tempdir().unwrap();
-    let lease = d.path().join("l");
-    let out = d.path().join("out");
     // Each run appends "start", sleeps, appends "end"; under the lease the pairs nest.
-    let script = format!(
-        "for i in 1 2 3 4 5; do echo \"$CXC_FENCING_TOKEN start\" >> {o}; sleep 0.01; echo \"$CXC_FENCING_TOKEN end\" >> {o}; done",
-        o = p(&out)
+    let lines = run_at_once(
+        3,
+        &["lease", "run"],
+        "for i in 1 2 3 4 5; do echo \"$CXC_FENCING_TOKEN start\" >> \"$1\"; sleep 0.01; echo \"$CXC_FENCING_TOKEN end\" >> \"$1\"; done",
     );
-    let mut kids: Vec<_> = (0..3)
-        .map(|_| start(&["lease", "run", p(&lease), "--", "sh", "-c", &script]))
-        .collect();
-    for k in &mut kids {
-        k.finish(T);
-    }
-    let lines: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
     assert_eq!(lines.len(), 30);
     let mut tokens = Vec::new();
     for pair in lines.chunks(2) {
@@ -142,42 +160,22 @@ fn concurrent_lease_runs_never_interleave() {
 
 #[test]
 fn sem_run_never_runs_more_than_permits() {
-    let d = tempfile::tempdir().unwrap();
-    let sem = d.path().join("s");
-    let log = d.path().join("log");
     // Record +1 on start and -1 on end with a timestamp-free counter file protected by
     // a lock directory would itself need a lock; instead each run writes start/end
     // lines and the test replays them (appends of short lines are atomic).
-    let script = format!(
-        "echo \"+ $$\" >> {l}; sleep 0.05; echo \"- $$\" >> {l}",
-        l = p(&log)
+    let lines = run_at_once(
+        6,
+        &["sem", "run", "--permits", "2"],
+        "echo \"+ $$\" >> \"$1\"; sleep 0.05; echo \"- $$\" >> \"$1\"",
     );
-    let mut kids: Vec<_> = (0..6)
-        .map(|_| {
-            start(&[
-                "sem",
-                "run",
-                p(&sem),
-                "--permits",
-                "2",
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
-        })
-        .collect();
-    for k in &mut kids {
-        k.finish(T);
-    }
+    let text = lines.join("\n");
     let mut running = 0i32;
     let mut max = 0;
-    let text = std::fs::read_to_string(&log).unwrap();
-    for line in text.lines() {
+    for line in &lines {
         running += if line.starts_with('+') { 1 } else { -1 };
         max = max.max(running);
     }
-    assert_eq!(text.lines().count(), 12);
+    assert_eq!(lines.len(), 12);
     assert_eq!(running, 0);
     assert!(max <= 2, "{max} ran at once:\n{text}");
     assert_eq!(max, 2, "the cap should be used");
@@ -188,19 +186,7 @@ fn killed_lease_run_is_taken_over_by_waiting_run() {
     let d = tempfile::tempdir().unwrap();
     let lease = d.path().join("l");
     let marker = d.path().join("first-running");
-    let mut first = start(&[
-        "lease",
-        "run",
-        p(&lease),
-        "--",
-        "sh",
-        "-c",
-        &format!("touch {}; exec sleep 30", p(&marker)),
-    ]);
-    assert!(
-        wait_for_path(&marker, Duration::from_secs(10)),
-        "first run never started"
-    );
+    let mut first = start_holding(&lease, &marker, "exec sleep 30");
     let mut second = start(&[
         "lease",
         "run",
@@ -234,19 +220,7 @@ fn lease_run_times_out_and_passes_exit_codes() {
     let o = run(&["lease", "run", p(&lease), "--", "sh", "-c", "exit 7"]);
     assert_eq!(o.status.code(), Some(7));
     let marker = d.path().join("holding");
-    let mut holder = start(&[
-        "lease",
-        "run",
-        p(&lease),
-        "--",
-        "sh",
-        "-c",
-        &format!("touch {}; sleep 5", p(&marker)),
-    ]);
-    assert!(
-        wait_for_path(&marker, Duration::from_secs(10)),
-        "holder never started"
-    );
+    let mut holder = start_holding(&lease, &marker, "sleep 5");
     let o = run(&["lease", "run", p(&lease), "--wait", "100ms", "--", "true"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     holder.kill();

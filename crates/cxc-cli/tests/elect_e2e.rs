@@ -3,57 +3,37 @@
 //! never run at once and the standby's command runs after each failover.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-/// A running `cxc elect` wrapper, killed with SIGKILL if the test ends first.
-struct Candidate(Child);
+mod common;
+use common::{Job, cxc};
 
-impl Candidate {
-    fn start(file: &Path, log: &Path, name: &str) -> Candidate {
-        let l = log.to_str().unwrap();
-        // Logs `start|end NAME PID TOKEN NS`; the loop's short sleeps let the TERM trap
-        // run at once.
-        let script = format!(
-            "trap 'echo end {name} $$ $CXC_FENCING_TOKEN $(date +%s%N) >> {l}; exit 0' TERM; \
-             echo start {name} $$ $CXC_FENCING_TOKEN $(date +%s%N) >> {l}; \
-             while :; do sleep 0.05; done"
-        );
-        let child = Command::new(env!("CARGO_BIN_EXE_cxc"))
-            .args(["elect", file.to_str().unwrap(), "--identity", name])
-            .args(["--lease-duration", "500ms", "--restart-delay", "1s"])
-            .args(["--", "sh", "-c", &script])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn cxc elect");
-        Candidate(child)
-    }
-
-    fn signal(&self, sig: Signal) {
-        let pid = Pid::from_raw(self.0.id() as i32).unwrap();
-        rustix::process::kill_process(pid, sig).unwrap();
-    }
-
-    fn wait(&mut self, t: Duration) -> Option<i32> {
-        let end = Instant::now() + t;
-        while Instant::now() < end {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                use std::os::unix::process::ExitStatusExt;
-                return Some(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        None
-    }
-}
-
-impl Drop for Candidate {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Starts a `cxc elect` candidate (killed with SIGKILL if the test ends first).
+fn candidate(file: &Path, log: &Path, name: &str) -> Job {
+    let l = log.to_str().unwrap();
+    // Logs `start|end NAME PID TOKEN NS`; the loop's short sleeps let the TERM trap
+    // run at once.
+    let script = format!(
+        "trap 'echo end {name} $$ $CXC_FENCING_TOKEN $(date +%s%N) >> {l}; exit 0' TERM; \
+         echo start {name} $$ $CXC_FENCING_TOKEN $(date +%s%N) >> {l}; \
+         while :; do sleep 0.05; done"
+    );
+    Job::start(&[
+        "elect",
+        file.to_str().unwrap(),
+        "--identity",
+        name,
+        "--lease-duration",
+        "500ms",
+        "--restart-delay",
+        "1s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -147,10 +127,10 @@ fn failover_never_runs_two_commands_at_once() {
     let log = dir.path().join("log");
     let long = Duration::from_secs(15);
 
-    let mut a = Candidate::start(&file, &log, "A");
+    let mut a = candidate(&file, &log, "A");
     let first = nth(&log, "start", 0, long);
     assert_eq!(first.name, "A");
-    let mut b = Candidate::start(&file, &log, "B");
+    let mut b = candidate(&file, &log, "B");
     // B campaigns for longer than a term while A's command runs: it must not lead.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(read_log(&log), vec![first.clone()], "B ran while A led");
@@ -189,13 +169,7 @@ fn failover_never_runs_two_commands_at_once() {
 #[test]
 fn elect_rejects_bad_input_without_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_cxc"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| cxc(args).output().unwrap();
     let garbage = dir.path().join("garbage");
     std::fs::write(&garbage, b"not a cxc file at all, not at all").unwrap();
     let o = run(&["elect", garbage.to_str().unwrap(), "--", "true"]);

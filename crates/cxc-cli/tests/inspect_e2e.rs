@@ -2,34 +2,17 @@
 //! back by an exposition-format parser, dead/alive marks, `watch` on a missing file.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn cxc(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_cxc"));
-    c.args(args).stdin(Stdio::null());
-    c
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod common;
+use common::{cxc, p, succeeds};
 
 fn files(d: &Path) -> [std::path::PathBuf; 3] {
     let (l, s, h) = (d.join("l"), d.join("s"), d.join("h"));
-    assert!(cxc(&["create", "lease", p(&l)]).status().unwrap().success());
-    assert!(
-        cxc(&["create", "sem", p(&s), "--permits", "3"])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert!(
-        cxc(&["create", "heartbeat", p(&h), "--capacity", "4"])
-            .status()
-            .unwrap()
-            .success()
-    );
+    succeeds(&["create", "lease", p(&l)]);
+    succeeds(&["create", "sem", p(&s), "--permits", "3"]);
+    succeeds(&["create", "heartbeat", p(&h), "--capacity", "4"]);
     [l, s, h]
 }
 
@@ -37,12 +20,7 @@ fn files(d: &Path) -> [std::path::PathBuf; 3] {
 fn prometheus_output_parses_with_an_exposition_format_parser() {
     let d = tempfile::tempdir().unwrap();
     let [l, s, h] = files(d.path());
-    assert!(
-        cxc(&["lease", "run", p(&l), "--", "true"])
-            .status()
-            .unwrap()
-            .success()
-    );
+    succeeds(&["lease", "run", p(&l), "--", "true"]);
     let o = cxc(&["inspect", "--format", "prometheus", p(&l), p(&s), p(&h)])
         .output()
         .unwrap();

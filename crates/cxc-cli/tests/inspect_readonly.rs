@@ -14,18 +14,17 @@ use rustix::process::{Pid, Signal};
 
 const CXC: &str = env!("CARGO_BIN_EXE_cxc");
 
-fn cxc(args: &[&str]) -> Command {
-    let mut c = Command::new(CXC);
-    c.args(args).stdin(Stdio::null());
-    c
-}
+mod common;
+use common::{cxc, p, succeeds};
 
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
+/// True when this process is root; otherwise prints that the test is skipped and why it
+/// needs root.
+fn root_or_skip(why: &str) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        println!("skipped: needs root ({why})");
+    }
+    root
 }
 
 /// A started `run` wrapper whose keeper is stopped once it holds the claim (so nothing
@@ -103,18 +102,8 @@ fn fixture(dir: &Path) -> Fixture {
             .find(|h| h["held"].as_u64() == Some(1))?["pid"]
             .as_u64()
     });
-    assert!(
-        cxc(&["create", "heartbeat", p(&h), "--capacity", "4"])
-            .status()
-            .unwrap()
-            .success()
-    );
-    assert!(
-        cxc(&["create", "cell", p(&c), "--value", "0a0b0c"])
-            .status()
-            .unwrap()
-            .success()
-    );
+    succeeds(&["create", "heartbeat", p(&h), "--capacity", "4"]);
+    succeeds(&["create", "cell", p(&c), "--value", "0a0b0c"]);
     let rw = cxc::SharedRwLock::<u64>::create(&r, 77).unwrap();
     std::mem::forget(rw.read());
     Fixture {
@@ -175,8 +164,7 @@ fn check_report(fx: &Fixture, o: &Output) {
 
 #[test]
 fn inspect_and_watch_work_as_an_unprivileged_user_on_0644_files() {
-    if !is_root() {
-        println!("skipped: needs root (to run inspect as user nobody on root's files)");
+    if !root_or_skip("to run inspect as user nobody on root's files") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -242,8 +230,7 @@ impl Drop for Mount {
 
 #[test]
 fn inspect_works_on_a_read_only_bind_mount() {
-    if !is_root() {
-        println!("skipped: needs root (to make a read-only bind mount)");
+    if !root_or_skip("to make a read-only bind mount") {
         return;
     }
     let d = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal};
 
 mod common;
-use common::{Job, cxc, p, read_log};
+use common::{Job, cxc, logged, p, read_log, succeeds};
 
 /// The handover measurement runs alone: it takes this for writing, every other test (each
 /// starts many processes) for reading.
@@ -26,19 +26,6 @@ fn script(log: &Path, id: usize, body: &str) -> String {
         "trap 'echo end {id} $(date +%s%N) >> {l}; exit 0' TERM; \
          echo start {id} $(date +%s%N) >> {l}; {body}; echo end {id} $(date +%s%N) >> {l}"
     )
-}
-
-fn logged(log: &Path, kind: &str, id: usize, t: Duration) -> Option<u128> {
-    let end = Instant::now() + t;
-    loop {
-        if let Some(e) = read_log(log).iter().find(|e| e.0 == kind && e.1 == id) {
-            return Some(e.2);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// Every job started and ended, and none started before the previous one ended. Returns
@@ -103,40 +90,34 @@ fn kill_rounds(prefix: &[&str], log: &Path, sig: Signal, rounds: usize) {
     assert_eq!(gaps.len(), rounds);
 }
 
+/// [`kill_rounds`] of `cxc lease run` on a fresh lease, with `sig`.
+fn lease_run_kill_rounds(sig: Signal) {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    kill_rounds(&["lease", "run", p(&l)], &log, sig, 50);
+}
+
 #[test]
 fn lease_run_kill_9_of_the_wrapper_never_overlaps() {
     let _alone = shared();
-    let d = tempfile::tempdir().unwrap();
-    let (l, log) = (d.path().join("l"), d.path().join("log"));
-    kill_rounds(&["lease", "run", p(&l)], &log, Signal::KILL, 50);
+    lease_run_kill_rounds(Signal::KILL);
 }
 
 #[test]
 fn lease_run_kill_term_of_the_wrapper_never_overlaps() {
     let _alone = shared();
-    let d = tempfile::tempdir().unwrap();
-    let (l, log) = (d.path().join("l"), d.path().join("log"));
-    kill_rounds(&["lease", "run", p(&l)], &log, Signal::TERM, 50);
+    lease_run_kill_rounds(Signal::TERM);
 }
 
 #[test]
 fn sem_run_kill_9_and_term_of_the_wrapper_never_overlap() {
     let _alone = shared();
     let d = tempfile::tempdir().unwrap();
-    let (s, log) = (d.path().join("s"), d.path().join("log"));
-    kill_rounds(
-        &["sem", "run", p(&s), "--permits", "1"],
-        &log,
-        Signal::KILL,
-        25,
-    );
-    let log2 = d.path().join("log2");
-    kill_rounds(
-        &["sem", "run", p(&s), "--permits", "1"],
-        &log2,
-        Signal::TERM,
-        25,
-    );
+    let s = d.path().join("s");
+    for (sig, log) in [(Signal::KILL, "log"), (Signal::TERM, "log2")] {
+        let args = ["sem", "run", p(&s), "--permits", "1"];
+        kill_rounds(&args, &d.path().join(log), sig, 25);
+    }
 }
 
 #[test]
@@ -424,18 +405,9 @@ fn flock_options_and_every_documented_exit_code() {
     );
     // The command's own code, 127 not found, 126 not executable, 2 bad file.
     let free = d.path().join("free");
-    assert_eq!(
-        code(&run(&[
-            "lease",
-            "run",
-            p(&free),
-            "--",
-            "sh",
-            "-c",
-            "exit 7"
-        ])),
-        Some(7)
-    );
+    // `cxc lease run FREE -- sh -c SCRIPT`, its exit code.
+    let sh_code = |script: &str| code(&run(&["lease", "run", p(&free), "--", "sh", "-c", script]));
+    assert_eq!(sh_code("exit 7"), Some(7));
     assert_eq!(
         code(&run(&["lease", "run", p(&free), "-c", "exit 6"])),
         Some(6)
@@ -458,18 +430,7 @@ fn flock_options_and_every_documented_exit_code() {
         "{err}"
     );
     // A signal ends the command: 128 + signal.
-    assert_eq!(
-        code(&run(&[
-            "lease",
-            "run",
-            p(&free),
-            "--",
-            "sh",
-            "-c",
-            "kill -9 $$"
-        ])),
-        Some(137)
-    );
+    assert_eq!(sh_code("kill -9 $$"), Some(137));
     let s = d.path().join("s");
     assert_eq!(
         code(&run(&[
@@ -504,13 +465,8 @@ fn create_lease_makes_the_file_lease_run_makes() {
     let _alone = shared();
     let d = tempfile::tempdir().unwrap();
     let (a, b) = (d.path().join("a"), d.path().join("b"));
-    assert!(cxc(&["create", "lease", p(&a)]).status().unwrap().success());
-    assert!(
-        cxc(&["lease", "run", p(&b), "--", "true"])
-            .status()
-            .unwrap()
-            .success()
-    );
+    succeeds(&["create", "lease", p(&a)]);
+    succeeds(&["lease", "run", p(&b), "--", "true"]);
     let (sa, sb) = (
         cxc::lease::inspect(&a).unwrap(),
         cxc::lease::inspect(&b).unwrap(),
@@ -558,7 +514,7 @@ fn errors_name_the_path_and_symlinks_are_followed_for_open() {
     );
     let l = d.path().join("l");
     let link = d.path().join("link");
-    assert!(cxc(&["create", "lease", p(&l)]).status().unwrap().success());
+    succeeds(&["create", "lease", p(&l)]);
     std::os::unix::fs::symlink(&l, &link).unwrap();
     let o = cxc(&["lease", "run", p(&link), "--", "true"])
         .output()

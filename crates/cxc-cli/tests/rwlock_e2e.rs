@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 mod common;
-use common::{Job, cxc, p, read_log};
+use common::{Job, cxc, logged, p, read_log};
 
 /// A job that starts `body` in the background, then logs `start ID NS`, waits, and logs
 /// `end ID NS` (also when terminated by SIGTERM). `start` is logged once `body` runs, so
@@ -27,17 +27,12 @@ fn run_args<'a>(mode: &'a str, lock: &'a str, s: &'a str) -> Vec<&'a str> {
     vec!["rwlock", "run", mode, lock, "--", "sh", "-c", s]
 }
 
-fn logged(log: &Path, kind: &str, id: usize, t: Duration) -> Option<u128> {
-    let end = Instant::now() + t;
-    loop {
-        if let Some(e) = read_log(log).iter().find(|e| e.0 == kind && e.1 == id) {
-            return Some(e.2);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+/// Starts job 0 (`sleep 30`) in `mode` on `lock` and waits until it runs.
+fn first_holder(log: &Path, lock: &str, mode: &str) -> Job {
+    let s0 = script(log, 0, "sleep 30");
+    let holder = Job::start(&run_args(mode, lock, &s0));
+    assert!(logged(log, "start", 0, Duration::from_secs(10)).is_some());
+    holder
 }
 
 /// The (start, end) of job `id` from the log.
@@ -191,9 +186,7 @@ fn kill_9_of_a_wrapper_never_lets_an_exclusive_run_overlap() {
     let lock = p(&l);
     let rounds = 12;
     let mut kinds = vec![(0, false)];
-    let s0 = script(&log, 0, "sleep 30");
-    let mut holder = Job::start(&run_args("-s", lock, &s0));
-    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+    let mut holder = first_holder(&log, lock, "-s");
     for i in 1..=rounds {
         // The next holder is exclusive; every other one of them is followed by a
         // shared holder (so shared holders are killed too).
@@ -231,10 +224,8 @@ fn kill_9_of_a_wrapper_never_lets_an_exclusive_run_overlap() {
 fn a_killed_exclusive_keeper_s_command_is_ended_before_the_next_run() {
     let d = tempfile::tempdir().unwrap();
     let (l, log) = (d.path().join("l.rw"), d.path().join("log"));
+    let holder = first_holder(&log, p(&l), "-x");
     let lock = p(&l);
-    let s0 = script(&log, 0, "sleep 30");
-    let holder = Job::start(&run_args("-x", lock, &s0));
-    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
     // Let the keeper record the command's group (it does so right after starting it).
     std::thread::sleep(Duration::from_millis(200));
     rustix::process::kill_process(holder.keeper(), Signal::KILL).unwrap();
@@ -259,9 +250,7 @@ fn a_stopped_exclusive_keeper_is_evicted_and_its_run_exits_75() {
         .output()
         .unwrap();
     assert!(made.status.success(), "{made:?}");
-    let s0 = script(&log, 0, "sleep 30");
-    let mut holder = Job::start(&run_args("-x", lock, &s0));
-    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+    let mut holder = first_holder(&log, lock, "-x");
     std::thread::sleep(Duration::from_millis(200));
     let keeper = holder.keeper();
     rustix::process::kill_process(keeper, Signal::STOP).unwrap();

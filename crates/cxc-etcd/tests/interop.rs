@@ -93,6 +93,15 @@ fn create_revision(endpoint: &str, key: &str) -> u64 {
     })
 }
 
+/// A test's etcd server, a scratch directory for its children, and an [`EtcdLease`] on
+/// `name` (TTL 2 s) connected to the server.
+fn setup(name: &str) -> (EtcdServer, tempfile::TempDir, EtcdLease<u64>) {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lease = lease(&server, name);
+    (server, dir, lease)
+}
+
 fn lease(server: &EtcdServer, name: &str) -> EtcdLease<u64> {
     let opts = EtcdOptions::default().ttl(Duration::from_secs(2));
     let etcd = Etcd::connect(&[server.endpoint()], opts).expect("connect");
@@ -104,9 +113,8 @@ fn lease(server: &EtcdServer, name: &str) -> EtcdLease<u64> {
 #[test]
 fn etcdctl_lock_and_etcd_lease_never_hold_at_once() {
     child_dispatch();
-    let server = EtcdServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
     let name = "interop/contend";
+    let (server, dir, lease) = setup(name);
     let rounds = 8;
     let endpoint = server.endpoint();
     let dir_path = dir.path().to_path_buf();
@@ -123,7 +131,6 @@ fn etcdctl_lock_and_etcd_lease_never_hold_at_once() {
             })
             .collect::<Vec<_>>()
     });
-    let lease = lease(&server, name);
     let mut holds: Vec<(u64, u64, u64)> = Vec::new();
     for _ in 0..rounds {
         let c = lease
@@ -159,11 +166,9 @@ fn etcdctl_lock_and_etcd_lease_never_hold_at_once() {
 #[test]
 fn etcdctl_lock_waits_for_etcd_lease_and_back() {
     child_dispatch();
-    let server = EtcdServer::start();
-    let dir = tempfile::tempdir().expect("tempdir");
     let name = "interop/handover";
+    let (server, dir, lease) = setup(name);
     let test = "etcdctl_lock_waits_for_etcd_lease_and_back";
-    let lease = lease(&server, name);
 
     let ours = lease.try_claim().expect("claim").expect("vacant");
     let mut waiting = etcdctl_lock(&server.endpoint(), name, test, "linger", "a", dir.path());

@@ -18,40 +18,29 @@ use cxc_mmf::{
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-fn lease_params(p: &[u64; 4]) -> Result<(), MmfError> {
-    if p[0] <= 1 {
-        Ok(())
-    } else {
-        Err(MmfError::ParamMismatch {
-            name: "epoch_mode",
-            expected: "0 or 1".into(),
-            found: p[0],
-        })
+/// `Ok` when `ok`, else the mismatch of parameter 0 (`name`, found `p[0]`).
+fn param0(p: &[u64; 4], ok: bool, name: &'static str, expected: &str) -> Result<(), MmfError> {
+    if ok {
+        return Ok(());
     }
+    let expected = expected.into();
+    Err(MmfError::ParamMismatch {
+        name,
+        expected,
+        found: p[0],
+    })
+}
+
+fn lease_params(p: &[u64; 4]) -> Result<(), MmfError> {
+    param0(p, p[0] <= 1, "epoch_mode", "0 or 1")
 }
 
 fn heartbeat_params(p: &[u64; 4]) -> Result<(), MmfError> {
-    if p[0] >= 1 {
-        Ok(())
-    } else {
-        Err(MmfError::ParamMismatch {
-            name: "grace",
-            expected: "at least 1".into(),
-            found: p[0],
-        })
-    }
+    param0(p, p[0] >= 1, "grace", "at least 1")
 }
 
 fn semaphore_params(p: &[u64; 4]) -> Result<(), MmfError> {
-    if (1..=1 << 31).contains(&p[0]) {
-        Ok(())
-    } else {
-        Err(MmfError::ParamMismatch {
-            name: "max_permits",
-            expected: "1..=2^31".into(),
-            found: p[0],
-        })
-    }
+    param0(p, (1..=1 << 31).contains(&p[0]), "max_permits", "1..=2^31")
 }
 
 fn any_params(_: &[u64; 4]) -> Result<(), MmfError> {

@@ -29,6 +29,15 @@ fn within_deadline<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send +
         .unwrap_or_else(|_| panic!("{what} did not finish: deadlock?"))
 }
 
+/// A probe `a` (in a fresh directory) in a `SidecarBox` of a private sidecar: the
+/// directory, the sidecar, the box.
+fn boxed_probe() -> (tempfile::TempDir, &'static Sidecar, SidecarBox<Probe>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = private_sidecar();
+    let a = SidecarBox::new_in(sc, probe(&dir, "a"), None);
+    (dir, sc, a)
+}
+
 #[test]
 fn register_poll_drop() {
     let dir = tempfile::tempdir().unwrap();
@@ -183,9 +192,7 @@ fn drop_inside_policy_callback_does_not_deadlock() {
 
 #[test]
 fn policy_callbacks_may_reenter_the_sidecar() {
-    let dir = tempfile::tempdir().unwrap();
-    let sc = private_sidecar();
-    let a = SidecarBox::new_in(sc, probe(&dir, "a"), None);
+    let (dir, sc, a) = boxed_probe();
     let id = a.id();
     let dir_path = dir.path().to_path_buf();
     let registered: Arc<Mutex<Vec<SidecarBox<Probe>>>> = Arc::default();
@@ -226,9 +233,7 @@ fn policy_callbacks_may_reenter_the_sidecar() {
 
 #[test]
 fn panicking_policy_is_removed() {
-    let dir = tempfile::tempdir().unwrap();
-    let sc = private_sidecar();
-    let a = SidecarBox::new_in(sc, probe(&dir, "a"), None);
+    let (_dir, sc, a) = boxed_probe();
     a.set_policy(|_: &[Observation], _: &Stats| -> Option<Strategy> {
         panic!("policy bug (expected by the test)")
     });
@@ -245,9 +250,7 @@ fn panicking_policy_is_removed() {
 
 #[test]
 fn background_thread_polls_and_stops_promptly() {
-    let dir = tempfile::tempdir().unwrap();
-    let sc = private_sidecar();
-    let a = SidecarBox::new_in(sc, probe(&dir, "a"), None);
+    let (_dir, sc, a) = boxed_probe();
     let thread = sc.spawn(Duration::from_millis(2)).unwrap();
     assert!(thread.is_running());
     a.event(OpCode::SemTimeout.code(), 0, 7);
@@ -280,9 +283,7 @@ fn background_thread_polls_and_stops_promptly() {
 
 #[test]
 fn thread_handle_dropped_inside_callback() {
-    let dir = tempfile::tempdir().unwrap();
-    let sc = private_sidecar();
-    let a = SidecarBox::new_in(sc, probe(&dir, "a"), None);
+    let (_dir, sc, a) = boxed_probe();
     let handle: Arc<Mutex<Option<SidecarThread>>> = Arc::default();
     let done = Arc::new(AtomicBool::new(false));
     let (h, d) = (handle.clone(), done.clone());
@@ -306,9 +307,7 @@ fn thread_handle_dropped_inside_callback() {
 
 #[test]
 fn concurrent_polls_never_double_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let sc = private_sidecar();
-    let a = SidecarBox::new_in(sc, probe(&dir, "a"), None);
+    let (_dir, sc, a) = boxed_probe();
     let id = a.id();
     let stop = AtomicBool::new(false);
     let total = std::sync::atomic::AtomicU64::new(0);

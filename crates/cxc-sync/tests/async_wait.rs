@@ -9,12 +9,8 @@ use std::time::{Duration, Instant};
 use cxc_sync::{EpochMode, LeaseBuilder, OwnerLease, SharedSemaphore, async_waiters, block_on};
 use cxc_testkit::{Rng, RoleCommand, fields, in_role, path_arg, report, wait_until};
 
-/// The reactor is process-wide: tests that count its waiters or the process's CPU run
-/// one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    M.lock().unwrap_or_else(|e| e.into_inner())
-}
+mod reactor;
+use reactor::{serial, tokio_runtime};
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
@@ -50,11 +46,7 @@ fn tokio_two_thousand_tasks() {
     if in_role("tokio2000") {
         let dir = tempfile::tempdir().unwrap();
         let lease = lease(&dir);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = tokio_runtime();
         // Warm the runtime up so its own threads are counted before.
         rt.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
         let before = threads();
@@ -179,11 +171,7 @@ fn cancellation_at_random_points() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
     let lease = lease(&dir);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = tokio_runtime();
     let mut rng = Rng::for_test();
     rt.block_on(async {
         let mut tasks = Vec::new();
@@ -321,11 +309,7 @@ fn semaphore_acquire_async() {
     let dir = tempfile::tempdir().unwrap();
     let sem = Arc::new(SharedSemaphore::create(dir.path().join("s"), 2, 2).unwrap());
     let inside = Arc::new(AtomicU32::new(0));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = tokio_runtime();
     rt.block_on(async {
         let tasks: Vec<_> = (0..200)
             .map(|_| {

@@ -8,22 +8,9 @@
 use std::time::{Duration, Instant};
 
 use cxc_sync::{SharedCell, WriteError};
-use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, path_arg, report, role};
+use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, intact, path_arg, report, role, sealed};
 
 const TEST: &str = "writers_killed_and_stopped_never_tear_nor_wedge";
-
-/// Five words and their checksum: a torn copy fails the check.
-fn sealed(v: u64) -> [u64; 6] {
-    let mut w = [v, v ^ 0x5555, v.rotate_left(7), !v, v.wrapping_mul(3), 0];
-    w[5] = w[..5].iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
-        (h ^ x).wrapping_mul(0x100_0000_01b3)
-    });
-    w
-}
-
-fn intact(w: &[u64; 6]) -> bool {
-    sealed(w[0]) == *w
-}
 
 fn writer_role() {
     let cell = SharedCell::<[u64; 6]>::open(path_arg("path")).unwrap();

@@ -62,6 +62,17 @@ fn table(capacity: usize) -> (tempfile::TempDir, HeartbeatTable) {
     (dir, t)
 }
 
+/// A table of `capacity` slots with one (fake) worker registered, which marked `bits`
+/// in flight: the directory, the table, the worker's slot.
+fn worker(capacity: usize, bits: &[u8]) -> (tempfile::TempDir, HeartbeatTable, usize) {
+    let (d, t) = table(capacity);
+    let s = t.register(FAKE).unwrap();
+    for &b in bits {
+        assert!(t.mark_in_flight(s, b));
+    }
+    (d, t, s)
+}
+
 /// Scans `n` times and returns the last report.
 fn scan_n(w: &FailoverWatchdog<'_>, n: usize) -> cxc_sync::ReclaimReport {
     let mut r = w.scan();
@@ -92,9 +103,7 @@ fn all_alive_reports_nothing() {
 
 #[test]
 fn grace_exceeded_is_dead_and_lag_equal_to_grace_is_alive() {
-    let (_d, t) = table(4);
-    let s = t.register(FAKE).unwrap();
-    assert!(t.mark_in_flight(s, 9));
+    let (_d, t, s) = worker(4, &[9]);
     let w = FailoverWatchdog::with_grace(&t, 3);
     // Registered at epoch 0; scans tick to 1, 2, 3: lag 3 == grace is still alive.
     let r = scan_n(&w, 3);
@@ -133,10 +142,7 @@ fn iter_in_flight_bits_yields_set_bits_in_order() {
 
 #[test]
 fn clear_dead_bitmap_silences_re_reports() {
-    let (_d, t) = table(4);
-    let s = t.register(FAKE).unwrap();
-    t.mark_in_flight(s, 1);
-    t.mark_in_flight(s, 40);
+    let (_d, t, s) = worker(4, &[1, 40]);
     let w = FailoverWatchdog::with_grace(&t, 0);
     let r = scan_n(&w, 2);
     assert_eq!(r.dead_slots.len(), 1);
@@ -151,8 +157,7 @@ fn clear_dead_bitmap_silences_re_reports() {
 
 #[test]
 fn out_of_range_slots_and_bits_are_rejected() {
-    let (_d, t) = table(4);
-    let s = t.register(FAKE).unwrap();
+    let (_d, t, s) = worker(4, &[]);
     assert!(!t.beat(50_000_000));
     assert!(!t.beat(4));
     assert!(!t.beat(usize::MAX));
@@ -199,9 +204,7 @@ fn full_table_invalid_pid_and_capacity_are_errors() {
 
 #[test]
 fn reclaimed_worker_is_fenced_and_can_register_again() {
-    let (_d, t) = table(4);
-    let s = t.register(FAKE).unwrap();
-    assert!(t.mark_in_flight(s, 3));
+    let (_d, t, s) = worker(4, &[3]);
     let w = FailoverWatchdog::with_grace(&t, 1);
     let r = scan_n(&w, 2);
     assert_eq!(r.dead_slots.len(), 1);
@@ -230,9 +233,7 @@ fn reclaimed_worker_is_fenced_and_can_register_again() {
 
 #[test]
 fn reclaim_takes_bits_marked_after_the_scan() {
-    let (_d, t) = table(2);
-    let s = t.register(FAKE).unwrap();
-    t.mark_in_flight(s, 1);
+    let (_d, t, s) = worker(2, &[1]);
     let w = FailoverWatchdog::with_grace(&t, 0);
     assert_eq!(scan_n(&w, 2).dead_slots.len(), 1);
     t.mark_in_flight(s, 2); // after the scan
@@ -244,9 +245,7 @@ fn reclaim_takes_bits_marked_after_the_scan() {
 
 #[test]
 fn bits_marked_after_the_scan_survive_clear_dead_bitmap() {
-    let (_d, t) = table(2);
-    let s = t.register(FAKE).unwrap();
-    t.mark_in_flight(s, 1);
+    let (_d, t, s) = worker(2, &[1]);
     let w = FailoverWatchdog::with_grace(&t, 0);
     let r = scan_n(&w, 2);
     assert_eq!(r.dead_slots[0].1.in_flight_bitmap, 1 << 1);
@@ -265,9 +264,7 @@ fn bits_marked_after_the_scan_survive_clear_dead_bitmap() {
 
 #[test]
 fn re_registered_slot_is_untouched_by_stale_clear_and_reclaim() {
-    let (_d, t) = table(1);
-    let s = t.register(FAKE).unwrap();
-    t.mark_in_flight(s, 7);
+    let (_d, t, s) = worker(1, &[7]);
     let a = FailoverWatchdog::with_grace(&t, 0);
     let b = FailoverWatchdog::with_grace(&t, 0);
     assert_eq!(scan_n(&a, 2).dead_slots.len(), 1);
@@ -290,10 +287,7 @@ fn re_registered_slot_is_untouched_by_stale_clear_and_reclaim() {
 
 #[test]
 fn two_watchdogs_reclaim_exactly_once() {
-    let (_d, t) = table(2);
-    let s = t.register(FAKE).unwrap();
-    t.mark_in_flight(s, 0);
-    t.mark_in_flight(s, 50);
+    let (_d, t, s) = worker(2, &[0, 50]);
     let a = FailoverWatchdog::with_grace(&t, 0);
     let b = FailoverWatchdog::with_grace(&t, 0);
     assert_eq!(scan_n(&a, 2).dead_slots.len(), 1);
@@ -338,9 +332,7 @@ fn two_watchdog_threads_race_reclaim_exactly_once() {
 
 #[test]
 fn dead_slot_is_reused_by_register() {
-    let (_d, t) = table(1);
-    let s = t.register(FAKE).unwrap();
-    t.mark_in_flight(s, 5);
+    let (_d, t, s) = worker(1, &[5]);
     assert!(matches!(
         t.register(FAKE + 1),
         Err(HeartbeatError::TableFull)
@@ -355,9 +347,7 @@ fn dead_slot_is_reused_by_register() {
 
 #[test]
 fn fenced_slot_with_bits_is_not_reused_until_reclaimed() {
-    let (_d, t) = table(1);
-    let s = t.register(FAKE).unwrap();
-    t.mark_in_flight(s, 1);
+    let (_d, t, s) = worker(1, &[1]);
     let w = FailoverWatchdog::with_grace(&t, 0);
     scan_n(&w, 2);
     t.mark_in_flight(s, 2);
@@ -373,8 +363,7 @@ fn fenced_slot_with_bits_is_not_reused_until_reclaimed() {
 
 #[test]
 fn unregister_frees_the_slot_or_leaves_bits_for_the_watchdog() {
-    let (_d, t) = table(1);
-    let s = t.register(FAKE).unwrap();
+    let (_d, t, s) = worker(1, &[]);
     assert!(t.unregister(s));
     assert!(!t.unregister(s), "unregistered twice");
     assert!(!t.beat(s));

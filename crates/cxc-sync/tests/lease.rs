@@ -1,5 +1,6 @@
 //! Unit tests of `OwnerLease<T>`: the seed's 11 behaviours and the fencing beyond it.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use cxc_sync::{EpochMode, LeaseError, LeaseOptions, OwnerLease, Preemption};
@@ -7,6 +8,22 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
+}
+
+/// A new `OwnerLease<u64>` holding 0 (default options) in a fresh directory: the
+/// directory, the file's path, the lease.
+fn fresh() -> (tempfile::TempDir, PathBuf, OwnerLease<u64>) {
+    let d = tmp();
+    let path = d.path().join("l");
+    let lease = OwnerLease::create(&path, 0).unwrap();
+    (d, path, lease)
+}
+
+/// A [`fresh`] lease that `pid` acquired (with `grace`), and its directory.
+fn held_by(pid: u32, grace: u64) -> (tempfile::TempDir, OwnerLease<u64>) {
+    let (d, _, lease) = fresh();
+    assert!(lease.try_acquire(pid, grace));
+    (d, lease)
 }
 
 #[test]
@@ -25,9 +42,7 @@ fn acquire_release_round_trip() {
 
 #[test]
 fn lower_pid_preempts_higher() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
-    assert!(lease.try_acquire(200, 3));
+    let (_d, lease) = held_by(200, 3);
     assert!(
         !lease.try_acquire(300, 3),
         "higher pid cannot preempt a live holder"
@@ -116,9 +131,7 @@ fn with_lease_panic_publishes_nothing_and_releases() {
 
 #[test]
 fn stale_owner_failover_within_grace() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
-    assert!(lease.try_acquire(100, 3));
+    let (_d, lease) = held_by(100, 3);
     for _ in 0..3 {
         lease.tick_epoch();
         assert!(!lease.try_acquire(200, 3), "lag <= grace keeps the holder");
@@ -133,9 +146,7 @@ fn stale_owner_failover_within_grace() {
 
 #[test]
 fn beat_keeps_owner_alive() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
-    assert!(lease.try_acquire(100, 2));
+    let (_d, lease) = held_by(100, 2);
     for _ in 0..20 {
         lease.tick_epoch();
         assert!(lease.beat(100));
@@ -146,8 +157,7 @@ fn beat_keeps_owner_alive() {
 
 #[test]
 fn lease_term_advances_on_every_handover() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let (_d, _, lease) = fresh();
     let t0 = lease.lease_term();
     let a = lease.try_claim(300, 3).unwrap();
     assert_eq!(lease.lease_term(), t0 + 1);
@@ -162,8 +172,7 @@ fn lease_term_advances_on_every_handover() {
 
 #[test]
 fn generations_keep_increasing_past_checkpoints() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let (_d, _, lease) = fresh();
     let mut last = 0;
     for i in 0..70_000u32 {
         let c = lease.try_claim(1 + (i % 2), 3).unwrap();
@@ -177,9 +186,7 @@ fn generations_keep_increasing_past_checkpoints() {
 
 #[test]
 fn cross_handle_visibility() {
-    let d = tmp();
-    let p = d.path().join("l");
-    let a: OwnerLease<u64> = OwnerLease::create(&p, 0).unwrap();
+    let (_d, p, a) = fresh();
     let b: OwnerLease<u64> = OwnerLease::open(&p).unwrap();
     assert!(a.try_acquire(100, 3));
     assert_eq!(b.current_owner(), Some(100));
@@ -192,23 +199,18 @@ fn cross_handle_visibility() {
 
 #[test]
 fn disk_persistence() {
-    let d = tmp();
-    let p = d.path().join("l");
-    {
-        let a: OwnerLease<u64> = OwnerLease::create(&p, 0).unwrap();
-        assert!(a.try_acquire(100, 3));
-        assert!(a.write_as_owner(100, 1234));
-        assert!(a.release(100));
-    }
+    let (_d, p, a) = fresh();
+    assert!(a.try_acquire(100, 3));
+    assert!(a.write_as_owner(100, 1234));
+    assert!(a.release(100));
+    drop(a); // the file is all that is left
     let b: OwnerLease<u64> = OwnerLease::open(&p).unwrap();
     assert_eq!(b.with_lease(100, 3, |v| *v), Some(1234));
 }
 
 #[test]
 fn beat_after_preemption_is_false() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
-    assert!(lease.try_acquire(200, 3));
+    let (_d, lease) = held_by(200, 3);
     assert!(lease.beat(200));
     assert!(lease.try_acquire(100, 3));
     assert!(!lease.beat(200));
@@ -269,8 +271,7 @@ fn payload_of_48_bytes_round_trips_and_49_is_rejected() {
 
 #[test]
 fn pid_zero_is_rejected_everywhere() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let (_d, _, lease) = fresh();
     assert!(!lease.try_acquire(0, 3));
     assert!(lease.try_claim(0, 3).is_none());
     assert!(lease.acquire(0, 3, Duration::from_millis(1)).is_none());
@@ -285,8 +286,7 @@ fn pid_zero_is_rejected_everywhere() {
 
 #[test]
 fn stale_claim_release_write_beat_are_rejected_after_handover() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let (_d, _, lease) = fresh();
     let old = lease.try_claim(100, 3).unwrap();
     assert!(lease.write_claimed(&old, 1));
     for _ in 0..4 {
@@ -317,8 +317,7 @@ fn stale_claim_release_write_beat_are_rejected_after_handover() {
 /// process's threads are the ones that write under it.
 #[test]
 fn claims_record_the_identity_of_the_claiming_process() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let (_d, _, lease) = fresh();
     let me = std::process::id();
     assert!(lease.try_acquire(me, 1000));
     assert!(lease.status().owner_start.is_some());
@@ -366,9 +365,7 @@ fn clock_epochs_need_no_ticker() {
 
 #[test]
 fn blocking_acquire_wakes_on_release_and_times_out() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
-    assert!(lease.try_acquire(100, u64::MAX));
+    let (_d, lease) = held_by(100, u64::MAX);
     let t = std::time::Instant::now();
     assert!(
         lease
@@ -407,8 +404,7 @@ fn open_validates_type_and_kind() {
 
 #[test]
 fn threads_hammering_with_lease_lose_no_update() {
-    let d = tmp();
-    let lease: OwnerLease<u64> = OwnerLease::create(d.path().join("l"), 0).unwrap();
+    let (_d, _, lease) = fresh();
     let per = 20_000u64;
     let total: u64 = std::thread::scope(|s| {
         let hs: Vec<_> = (1..=2u32)

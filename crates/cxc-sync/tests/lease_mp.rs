@@ -16,7 +16,7 @@ mod ctl;
 
 use std::ffi::OsStr;
 use std::fmt::Debug;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -106,6 +106,18 @@ fn never() -> LeaseOptions {
 // 1. Heartbeat failover
 // ---------------------------------------------------------------------------------------
 
+/// A new lease file `name` in a fresh directory holding `value`, with [`never`]'s
+/// options: the directory (removed when dropped), the file's path, the lease.
+fn new_lease<T>(name: &str, value: T) -> (tempfile::TempDir, PathBuf, OwnerLease<T>)
+where
+    T: zerocopy::FromBytes + zerocopy::IntoBytes + zerocopy::Immutable + zerocopy::KnownLayout,
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(name);
+    let lease = OwnerLease::create_with(&path, value, &never()).expect("create");
+    (dir, path, lease)
+}
+
 /// Child: claims with a fake pid and beats about every millisecond.
 fn role_beater() {
     let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
@@ -137,9 +149,7 @@ fn role_beater() {
 fn standby_takes_over_after_sigstop_heartbeat_path() {
     child_dispatch();
     const GRACE: u64 = 150;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("hb.lease");
-    let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).expect("create");
+    let (_dir, path, lease) = new_lease::<u64>("hb.lease", 0);
     let mut kid = spawn(
         "standby_takes_over_after_sigstop_heartbeat_path",
         "beater",
@@ -228,6 +238,19 @@ fn role_holder() {
     }
 }
 
+/// After `how` took the lease over from the SIGKILLed `kid`, `latency` after the kill:
+/// the dead holder was not reaped yet (a zombie, which must have counted as dead); reaps
+/// it and checks the takeover took under a second.
+fn took_over_from_zombie(kid: &mut Proc, how: &str, latency: Duration) {
+    assert_eq!(proc_status(kid.pid()), ProcStatus::Zombie);
+    kid.kill();
+    println!("identity path: {how} took over {latency:?} after SIGKILL");
+    assert!(
+        latency < Duration::from_secs(1),
+        "takeover took {latency:?} after SIGKILL"
+    );
+}
+
 /// L5 (identity): a holder that claimed with its own pid is replaced at once when it is
 /// SIGKILLed, while still an unreaped zombie, both by a blocked `acquire` (woken from its
 /// futex sleep by the periodic pidfd check) and by polling `try_claim`. Staleness can
@@ -236,9 +259,7 @@ fn role_holder() {
 #[test]
 fn standby_takes_over_after_sigkill_identity_path() {
     child_dispatch();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("id.lease");
-    let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).expect("create");
+    let (_dir, path, lease) = new_lease::<u64>("id.lease", 0);
     let me = std::process::id();
     let spawn_holder = |lease: &OwnerLease<u64>| {
         let mut kid = spawn(
@@ -287,15 +308,8 @@ fn standby_takes_over_after_sigkill_identity_path() {
         let (c, got_at) = waiter.join().expect("acquirer thread");
         (c, got_at.saturating_duration_since(killed_at))
     });
-    // Not reaped yet: the dead holder is a zombie, and must have counted as dead.
-    assert_eq!(proc_status(kid.pid()), ProcStatus::Zombie);
     let claim = claim.expect("blocked acquire did not take over from the killed holder");
-    kid.kill();
-    println!("identity path: blocked acquire took over {latency:?} after SIGKILL");
-    assert!(
-        latency < Duration::from_secs(1),
-        "takeover took {latency:?} after SIGKILL"
-    );
+    took_over_from_zombie(&mut kid, "blocked acquire", latency);
     assert_eq!(claim.generation(), gen1 + 1);
     assert!(lease.release_claim(&claim));
 
@@ -316,14 +330,7 @@ fn standby_takes_over_after_sigkill_identity_path() {
         );
         std::thread::yield_now();
     };
-    let latency = killed_at.elapsed();
-    assert_eq!(proc_status(kid.pid()), ProcStatus::Zombie);
-    kid.kill();
-    println!("identity path: polling try_claim took over {latency:?} after SIGKILL");
-    assert!(
-        latency < Duration::from_secs(1),
-        "takeover took {latency:?} after SIGKILL"
-    );
+    took_over_from_zombie(&mut kid, "polling try_claim", killed_at.elapsed());
     assert_eq!(claim.generation(), gen2 + 1);
     assert_eq!(lease.status().counters[counter::CLAIM_DEAD], 2);
     assert_eq!(lease.status().counters[counter::CLAIM_STALE], 0);
@@ -417,9 +424,7 @@ fn role_writer() {
 fn writer_killed_mid_write_never_exposes_torn_payload() {
     child_dispatch();
     const ROUNDS: usize = 24;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("torn.lease");
-    let lease = OwnerLease::<Words>::create_with(&path, payload(0), &never()).expect("create");
+    let (_dir, path, lease) = new_lease::<Words>("torn.lease", payload(0));
     let me = std::process::id();
     let mut rng = Rng::for_test();
     let seed = rng.seed();
@@ -697,10 +702,8 @@ fn role_paused() {
 #[test]
 fn paused_owner_write_rejected_after_takeover() {
     child_dispatch();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("paused.lease");
+    let (dir, path, lease) = new_lease::<u64>("paused.lease", 0);
     let aux = dir.path().join("sig");
-    let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).expect("create");
     let mut kid = spawn(
         "paused_owner_write_rejected_after_takeover",
         "paused",
@@ -801,10 +804,8 @@ fn stopped_in_closure(test: &str, path: &Path, aux: &Path, real_pid: bool) -> Pr
 /// leaves quarantine, and the new holder's value stays.
 fn stopped_writer_is_replaced_and_never_published(test: &str, real_pid: bool) {
     child_dispatch();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("mid.lease");
+    let (dir, path, lease) = new_lease::<u64>("mid.lease", 1);
     let aux = dir.path().join("sig");
-    let lease = OwnerLease::<u64>::create_with(&path, 1, &never()).expect("create");
     let mut kid = stopped_in_closure(test, &path, &aux, real_pid);
     let pid = if real_pid {
         kid.pid()

@@ -12,6 +12,14 @@ fn opts() -> RwLockOptions {
     RwLockOptions::default().grace(Duration::from_millis(150))
 }
 
+/// A new `SharedRwLock<u64>` holding `value` (grace 150 ms) in a fresh directory, shared
+/// between threads.
+fn shared_lock(value: u64) -> (tempfile::TempDir, Arc<SharedRwLock<u64>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = SharedRwLock::create_with(dir.path().join("l.rw"), value, &opts()).unwrap();
+    (dir, Arc::new(lock))
+}
+
 #[test]
 fn create_open_read_write_and_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -141,9 +149,7 @@ fn threads_never_share_the_write_lock() {
 
 #[test]
 fn stalled_writer_is_evicted_and_fenced() {
-    let dir = tempfile::tempdir().unwrap();
-    let lock =
-        Arc::new(SharedRwLock::<u64>::create_with(dir.path().join("s.rw"), 5, &opts()).unwrap());
+    let (_dir, lock) = shared_lock(5);
     let stalled = lock.write();
     let old = stalled.token();
     let t0 = Instant::now();
@@ -176,9 +182,7 @@ fn stalled_writer_is_evicted_and_fenced() {
 
 #[test]
 fn beating_writer_is_not_evicted() {
-    let dir = tempfile::tempdir().unwrap();
-    let lock =
-        Arc::new(SharedRwLock::<u64>::create_with(dir.path().join("b.rw"), 0, &opts()).unwrap());
+    let (_dir, lock) = shared_lock(0);
     let w = lock.write();
     let l2 = Arc::clone(&lock);
     let reader = std::thread::spawn(move || l2.read().get());
@@ -193,9 +197,7 @@ fn beating_writer_is_not_evicted() {
 
 #[test]
 fn evicted_writers_buffers_are_freed() {
-    let dir = tempfile::tempdir().unwrap();
-    let lock =
-        Arc::new(SharedRwLock::<u64>::create_with(dir.path().join("q.rw"), 0, &opts()).unwrap());
+    let (_dir, lock) = shared_lock(0);
     // Eight evictions in a row: each stalled guard frees its quarantined buffer when it
     // finds out, so buffers never run out.
     for i in 0..8 {

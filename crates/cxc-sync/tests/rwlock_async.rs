@@ -12,12 +12,24 @@ use std::time::{Duration, Instant};
 use cxc_sync::{RwLockOptions, SharedRwLock, async_waiters, block_on};
 use cxc_testkit::{Rng, RoleCommand, in_role, path_arg, report, wait_until};
 
+mod reactor;
+use reactor::{serial, tokio_runtime};
+
 type P = [u64; 4];
 
-/// The reactor is process-wide: tests that count its waiters run one at a time.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    M.lock().unwrap_or_else(|e| e.into_inner())
+/// The reactor to this test alone ([`serial`]), and a new lock (grace `grace`) in a
+/// fresh directory.
+fn serial_lock(
+    grace: Duration,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    Arc<SharedRwLock<P>>,
+) {
+    let s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let l = lock(&dir, grace);
+    (s, dir, l)
 }
 
 fn lock(dir: &tempfile::TempDir, grace: Duration) -> Arc<SharedRwLock<P>> {
@@ -31,22 +43,12 @@ fn lock(dir: &tempfile::TempDir, grace: Duration) -> Arc<SharedRwLock<P>> {
     )
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap()
-}
-
 /// Readers wait while a writer holds, then all hold at once; the value they read is the
 /// writer's.
 #[test]
 fn readers_wait_for_the_writer_then_share() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
-    let rt = runtime();
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
+    let rt = tokio_runtime();
     let inside = Arc::new(AtomicU32::new(0));
     let peak = Arc::new(AtomicU32::new(0));
     rt.block_on(async {
@@ -88,9 +90,7 @@ fn readers_wait_for_the_writer_then_share() {
 /// preference) and gets the lock once the reader leaves.
 #[test]
 fn writer_waits_for_readers_with_preference() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
     let r = l.read();
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
@@ -118,9 +118,7 @@ fn writer_waits_for_readers_with_preference() {
 /// A write future dropped while draining gives its claim up: readers get in at once.
 #[test]
 fn dropping_a_draining_write_future_gives_up_its_claim() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
     let r = l.read();
     let mut fut = Box::pin(l.write_async());
     let mut cx = Context::from_waker(Waker::noop());
@@ -139,10 +137,8 @@ fn dropping_a_draining_write_future_gives_up_its_claim() {
 /// writer ever together with anyone.
 #[test]
 fn random_cancellation_and_exclusion_under_many_tasks() {
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_secs(5));
-    let rt = runtime();
+    let (_s, _dir, l) = serial_lock(Duration::from_secs(5));
+    let rt = tokio_runtime();
     let mut rng = Rng::for_test();
     // > 0: readers inside; -1: a writer inside.
     let holders = Arc::new(AtomicI64::new(0));
@@ -212,9 +208,7 @@ fn killed_and_stopped_writers_in_other_processes_are_replaced() {
         std::thread::sleep(Duration::from_secs(60));
         return;
     }
-    let _s = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let l = lock(&dir, Duration::from_millis(300));
+    let (_s, dir, l) = serial_lock(Duration::from_millis(300));
     let test = "killed_and_stopped_writers_in_other_processes_are_replaced";
     let path = dir.path().join("rw");
 

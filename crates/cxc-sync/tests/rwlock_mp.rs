@@ -50,6 +50,15 @@ fn log_line(log: &Path, line: &str) {
     f.write_all(format!("{line}\n").as_bytes()).unwrap();
 }
 
+/// Takes the lock with `lock_within` (given a 5 s timeout): it must get in, within 2 s.
+fn in_soon<G>(what: &str, lock_within: impl FnOnce(Duration) -> Option<G>) -> G {
+    let t = Instant::now();
+    let g = lock_within(Duration::from_secs(5)).expect(what);
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(2), "{what}: {took:?}");
+    g
+}
+
 #[test]
 fn dead_reader_and_dead_writer_are_reclaimed() {
     match role().as_deref() {
@@ -80,12 +89,9 @@ fn dead_reader_and_dead_writer_are_reclaimed() {
     assert!(lock.try_write().is_none());
     r.kill();
     // The grace is 10 s: only the proof of death lets the writer in this soon.
-    let t = Instant::now();
-    let w = lock
-        .write_timeout(Duration::from_secs(5))
-        .expect("wedged by a dead reader");
-    assert!(t.elapsed() < Duration::from_secs(2));
-    drop(w);
+    drop(in_soon("wedged by a dead reader", |t| {
+        lock.write_timeout(t)
+    }));
     let mut wr = RoleCommand::new("dead_reader_and_dead_writer_are_reclaimed", "writer")
         .arg("path", &path)
         .spawn();
@@ -93,11 +99,7 @@ fn dead_reader_and_dead_writer_are_reclaimed() {
     let token: u64 = fields(&rep)["token"].parse().unwrap();
     assert!(lock.try_read().is_none());
     wr.kill();
-    let t = Instant::now();
-    let g = lock
-        .read_timeout(Duration::from_secs(5))
-        .expect("wedged by a dead writer");
-    assert!(t.elapsed() < Duration::from_secs(2));
+    let g = in_soon("wedged by a dead writer", |t| lock.read_timeout(t));
     assert_eq!(g.get(), [5; 4], "the dead writer's published write is kept");
     drop(g);
     assert!(lock.write().token() > token);

@@ -13,10 +13,16 @@ fn dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
+/// A new semaphore (`permits` of `max` available) in a fresh directory.
+fn sem_file(permits: u32, max: u32) -> (tempfile::TempDir, SharedSemaphore) {
+    let d = dir();
+    let sem = SharedSemaphore::create(d.path().join("s"), permits, max).unwrap();
+    (d, sem)
+}
+
 #[test]
 fn try_acquire_release_cycle() {
-    let d = dir();
-    let sem = SharedSemaphore::create(d.path().join("s"), 2, 2).unwrap();
+    let (_d, sem) = sem_file(2, 2);
     let a = sem.try_acquire().unwrap();
     let b = sem.try_acquire().unwrap();
     assert!(sem.try_acquire().is_none());
@@ -30,20 +36,17 @@ fn try_acquire_release_cycle() {
 
 #[test]
 fn dropping_a_permit_releases_it() {
-    let d = dir();
-    let sem = SharedSemaphore::create(d.path().join("s"), 1, 1).unwrap();
-    {
-        let _p = sem.acquire();
-        assert_eq!(sem.available(), 0);
-    }
+    let (_d, sem) = sem_file(1, 1);
+    let p = sem.acquire();
+    assert_eq!(sem.available(), 0);
+    drop(p);
     assert_eq!(sem.available(), 1);
     assert_eq!(sem.holders().iter().map(|h| h.held).sum::<u32>(), 0);
 }
 
 #[test]
 fn release_at_max_is_rejected() {
-    let d = dir();
-    let sem = SharedSemaphore::create(d.path().join("s"), 3, 3).unwrap();
+    let (_d, sem) = sem_file(3, 3);
     assert!(!sem.release());
     assert_eq!(sem.available(), 3);
     let p = sem.acquire();
@@ -77,33 +80,30 @@ fn two_handles_see_each_other() {
 
 #[test]
 fn acquire_blocks_until_release() {
-    let d = dir();
-    let sem = Arc::new(SharedSemaphore::create(d.path().join("s"), 1, 1).unwrap());
+    let (_d, sem) = sem_file(1, 1);
     let held = sem.acquire();
-    let got = Arc::new(AtomicU32::new(0));
-    let t = {
-        let (sem, got) = (sem.clone(), got.clone());
-        thread::spawn(move || {
+    let got = AtomicU32::new(0);
+    thread::scope(|s| {
+        s.spawn(|| {
             let _p = sem.acquire();
             got.store(1, Ordering::SeqCst);
-        })
-    };
-    thread::sleep(Duration::from_millis(100));
-    assert_eq!(
-        got.load(Ordering::SeqCst),
-        0,
-        "acquired while the permit was held"
-    );
-    drop(held);
-    t.join().unwrap();
+        });
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            got.load(Ordering::SeqCst),
+            0,
+            "acquired while the permit was held"
+        );
+        drop(held);
+    });
     assert_eq!(got.load(Ordering::SeqCst), 1);
     assert_eq!(sem.available(), 1);
 }
 
 #[test]
 fn acquire_timeout_none_then_some() {
-    let d = dir();
-    let sem = Arc::new(SharedSemaphore::create(d.path().join("s"), 1, 1).unwrap());
+    let (_d, sem) = sem_file(1, 1);
+    let sem = Arc::new(sem);
     let held = sem.acquire();
     let t0 = Instant::now();
     assert!(sem.acquire_timeout(Duration::from_millis(50)).is_none());
@@ -128,14 +128,12 @@ fn acquire_timeout_none_then_some() {
 
 #[test]
 fn eight_threads_two_permits() {
-    let d = dir();
-    let sem = Arc::new(SharedSemaphore::create(d.path().join("s"), 2, 2).unwrap());
-    let in_use = Arc::new(AtomicU32::new(0));
-    let peak = Arc::new(AtomicU32::new(0));
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let (sem, in_use, peak) = (sem.clone(), in_use.clone(), peak.clone());
-            thread::spawn(move || {
+    let (_d, sem) = sem_file(2, 2);
+    let in_use = AtomicU32::new(0);
+    let peak = AtomicU32::new(0);
+    thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
                 for i in 0..500 {
                     let _p = sem.acquire();
                     let n = in_use.fetch_add(1, Ordering::SeqCst) + 1;
@@ -146,12 +144,9 @@ fn eight_threads_two_permits() {
                     }
                     in_use.fetch_sub(1, Ordering::SeqCst);
                 }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+            });
+        }
+    });
     assert!(peak.load(Ordering::SeqCst) <= 2);
     assert_eq!(sem.available(), 2);
     assert_eq!(sem.holders().iter().map(|h| h.held).sum::<u32>(), 0);
@@ -159,8 +154,8 @@ fn eight_threads_two_permits() {
 
 #[test]
 fn many_waiters_all_acquire() {
-    let d = dir();
-    let sem = Arc::new(SharedSemaphore::create(d.path().join("s"), 0, 1).unwrap());
+    let (_d, sem) = sem_file(0, 1);
+    let sem = Arc::new(sem);
     let start = Arc::new(Barrier::new(17));
     let done = Arc::new(AtomicU32::new(0));
     let threads: Vec<_> = (0..16)
@@ -186,8 +181,7 @@ fn many_waiters_all_acquire() {
 
 #[test]
 fn forgotten_permit_manual_release() {
-    let d = dir();
-    let sem = SharedSemaphore::create(d.path().join("s"), 1, 1).unwrap();
+    let (_d, sem) = sem_file(1, 1);
     let p = sem.acquire();
     std::mem::forget(p);
     assert_eq!(sem.available(), 0);
@@ -199,8 +193,7 @@ fn forgotten_permit_manual_release() {
 
 #[test]
 fn disowned_permit_is_not_held() {
-    let d = dir();
-    let sem = SharedSemaphore::create(d.path().join("s"), 2, 2).unwrap();
+    let (_d, sem) = sem_file(2, 2);
     sem.acquire().disown();
     assert_eq!(sem.available(), 1);
     assert_eq!(sem.holders()[0].held, 0);
@@ -272,8 +265,7 @@ fn max_is_stored_in_the_file() {
 
 #[test]
 fn available_is_correct() {
-    let d = dir();
-    let sem = SharedSemaphore::create(d.path().join("s"), 5, 10).unwrap();
+    let (_d, sem) = sem_file(5, 10);
     assert_eq!(sem.available(), 5);
     let ps: Vec<_> = (0..5).map(|_| sem.acquire()).collect();
     assert_eq!(sem.available(), 0);
@@ -303,8 +295,7 @@ fn open_rejects_foreign_and_corrupt_files() {
 
 #[test]
 fn reclaim_dead_without_dead_holders_is_zero() {
-    let d = dir();
-    let sem = SharedSemaphore::create(d.path().join("s"), 2, 2).unwrap();
+    let (_d, sem) = sem_file(2, 2);
     let _p = sem.acquire();
     assert_eq!(sem.reclaim_dead(), 0);
     assert_eq!(sem.available(), 1);

@@ -34,14 +34,21 @@ fn run_kids(body: impl FnOnce(&Path)) {
 
 // ---------------------------------------------------------------------------------------
 
+/// The test's semaphore, opened, with one permit taken and kept (never released by a
+/// guard: the process holds it until it dies or releases it by hand).
+fn open_holding() -> SharedSemaphore {
+    let sem = SharedSemaphore::open(sem_path()).unwrap();
+    std::mem::forget(sem.acquire());
+    sem
+}
+
 const NON_HOLDER: &str = "release_by_a_non_holder_returns_false_and_changes_nothing";
 
 #[test]
 fn release_by_a_non_holder_returns_false_and_changes_nothing() {
     match role().as_deref() {
         Some("holder") => {
-            let sem = SharedSemaphore::open(sem_path()).unwrap();
-            std::mem::forget(sem.acquire());
+            let sem = open_holding();
             report("HELD");
             // Release when told to (the file `go` appears).
             while !dir().join("go").exists() {
@@ -105,8 +112,7 @@ extern "C" fn exit_this_thread(_: libc::c_int) {
 fn holder_whose_main_thread_exited_is_not_reclaimed() {
     match role().as_deref() {
         Some("main_exits") => {
-            let sem = SharedSemaphore::open(sem_path()).unwrap();
-            std::mem::forget(sem.acquire());
+            let _sem = open_holding(); // kept mapped while parked
             let pid = std::process::id() as libc::pid_t;
             // SAFETY: installs a handler that only makes the exit(2) system call;
             // tgkill sends the signal to the main thread (tid == pid) of this process.
@@ -221,8 +227,7 @@ fn reuse(test: &str, fallback: bool) {
         Some("nsroot") => nsroot(test),
         Some("scenario") => reuse_scenario(test, fallback),
         Some("worker") => {
-            let sem = SharedSemaphore::open(sem_path()).unwrap();
-            std::mem::forget(sem.acquire());
+            let sem = open_holding();
             std::mem::forget(sem.acquire());
             report("HELD");
             park();

@@ -4,22 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cxc_sync::{Abandoned, SeqLock, SeqLockError, SharedCell, WriteError};
-
-/// Five words and their checksum: a torn copy fails the check.
-fn sealed(v: u64) -> [u64; 6] {
-    let mut w = [v, v ^ 0x5555, v.rotate_left(7), !v, v.wrapping_mul(3), 0];
-    w[5] = w[..5].iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
-        (h ^ x).wrapping_mul(0x100_0000_01b3)
-    });
-    w
-}
-
-fn intact(w: &[u64; 6]) -> bool {
-    sealed(w[0]) == *w
-}
+use cxc_testkit::{intact, sealed};
 
 #[test]
 fn round_trip_heap() {
@@ -137,23 +126,35 @@ fn threads_never_see_torn_values_nor_lose_updates() {
     assert_eq!(counter.read(), 60_000, "an update was lost");
 }
 
-#[test]
-fn stalled_update_is_superseded_and_never_published() {
-    let mut lock = SeqLock::new(1u64).unwrap();
-    lock.set_stall_timeout(Duration::from_millis(20));
-    let lock = Arc::new(lock);
+/// Starts a thread that runs `update` with a stalling closure (inside, it sleeps
+/// `stall`, then writes 666) and returns once the closure runs; the thread returns what
+/// `update` returned.
+fn stalled_update<R: Send + 'static>(
+    stall: Duration,
+    update: impl FnOnce(&mut dyn FnMut(&mut u64)) -> R + Send + 'static,
+) -> JoinHandle<R> {
     let inside = Arc::new(Barrier::new(2));
     let slow = {
-        let (lock, inside) = (lock.clone(), inside.clone());
+        let inside = inside.clone();
         std::thread::spawn(move || {
-            lock.update(|v| {
+            update(&mut |v: &mut u64| {
                 inside.wait();
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(stall);
                 *v = 666;
             })
         })
     };
     inside.wait();
+    slow
+}
+
+#[test]
+fn stalled_update_is_superseded_and_never_published() {
+    let mut lock = SeqLock::new(1u64).unwrap();
+    lock.set_stall_timeout(Duration::from_millis(20));
+    let lock = Arc::new(lock);
+    let l = lock.clone();
+    let slow = stalled_update(Duration::from_millis(200), move |f| l.update(f));
     // Another update waits for the claim, then supersedes the stalled one.
     let t = Instant::now();
     let w = lock.update(|v| *v += 1).unwrap();
@@ -175,18 +176,8 @@ fn stalled_update_is_superseded_and_never_published() {
 #[test]
 fn write_never_waits_for_a_stalled_update() {
     let lock = Arc::new(SeqLock::new(1u64).unwrap());
-    let inside = Arc::new(Barrier::new(2));
-    let slow = {
-        let (lock, inside) = (lock.clone(), inside.clone());
-        std::thread::spawn(move || {
-            lock.update(|v| {
-                inside.wait();
-                std::thread::sleep(Duration::from_millis(200));
-                *v = 666;
-            })
-        })
-    };
-    inside.wait();
+    let l = lock.clone();
+    let slow = stalled_update(Duration::from_millis(200), move |f| l.update(f));
     let t = Instant::now();
     for i in 0..1000 {
         assert_eq!(lock.write(i).unwrap().abandoned, None);
@@ -226,18 +217,8 @@ fn cell_sidecar_records_takeovers_and_counts_them() {
     cell.set_stall_timeout(Duration::from_millis(20));
     let cell = Arc::new(SidecarBox::new(cell));
     assert_eq!(cell.kind(), cxc_mmf::Kind::Cell);
-    let inside = Arc::new(Barrier::new(2));
-    let slow = {
-        let (cell, inside) = (cell.clone(), inside.clone());
-        std::thread::spawn(move || {
-            cell.update(|v| {
-                inside.wait();
-                std::thread::sleep(Duration::from_millis(150));
-                *v = 666;
-            })
-        })
-    };
-    inside.wait();
+    let c = cell.clone();
+    let slow = stalled_update(Duration::from_millis(150), move |f| c.update(f));
     assert_eq!(
         cell.update(|v| *v = 1).unwrap().abandoned,
         Some(Abandoned::Stalled)

@@ -10,6 +10,13 @@ fn ops(ring: &cxc_sidecar::ObservationRing) -> Vec<OpCode> {
     ring.snapshot().into_iter().map(|o| o.op).collect()
 }
 
+/// `instance` in a `SidecarBox` of a sidecar of its own (nothing else is registered
+/// there, so the test sees only what this instance records), and that sidecar.
+fn boxed<T: AdaptiveInstance + 'static>(instance: T) -> (&'static Sidecar, SidecarBox<T>) {
+    let sc: &'static Sidecar = Box::leak(Box::new(Sidecar::new()));
+    (sc, SidecarBox::new_in(sc, instance, None))
+}
+
 #[test]
 fn raw_lease_records_nothing_boxed_lease_records_transitions() {
     let d = tempfile::tempdir().unwrap();
@@ -19,8 +26,7 @@ fn raw_lease_records_nothing_boxed_lease_records_transitions() {
     assert!(raw.release(7));
     assert!(ops(raw.ring()).is_empty(), "raw handles record nothing");
 
-    static SC: Sidecar = Sidecar::new();
-    let boxed = SidecarBox::new_in(&SC, OwnerLease::<u64>::open(&p).unwrap(), None);
+    let (sc, boxed) = boxed(OwnerLease::<u64>::open(&p).unwrap());
     let c = boxed.try_claim(7, 3).unwrap();
     assert!(boxed.try_acquire(5, 3), "lower pid preempts");
     assert!(!boxed.write_claimed(&c, 1), "stale write rejected");
@@ -37,7 +43,7 @@ fn raw_lease_records_nothing_boxed_lease_records_transitions() {
             OpCode::LeaseClaimVacant,
         ]
     );
-    let report = SC.poll();
+    let report = sc.poll();
     assert_eq!(report.instances.len(), 1);
     let counters = boxed.counters();
     assert!(counters.contains(&("claim_preempt", 1)), "{counters:?}");
@@ -61,12 +67,7 @@ fn strategy_published_on_one_handle_is_seen_by_another() {
 #[test]
 fn boxed_heartbeat_records_register_scan_reclaim_fenced_beat() {
     let d = tempfile::tempdir().unwrap();
-    static SC: Sidecar = Sidecar::new();
-    let table = SidecarBox::new_in(
-        &SC,
-        HeartbeatTable::create(d.path().join("hb"), 4).unwrap(),
-        None,
-    );
+    let (_, table) = boxed(HeartbeatTable::create(d.path().join("hb"), 4).unwrap());
     let slot = table.register(u32::MAX - 3).unwrap();
     assert!(table.mark_in_flight(slot, 5));
     let wd = FailoverWatchdog::with_grace(&table, 1);
@@ -92,12 +93,7 @@ fn boxed_heartbeat_records_register_scan_reclaim_fenced_beat() {
 #[test]
 fn boxed_semaphore_records_contention_timeout_overflow() {
     let d = tempfile::tempdir().unwrap();
-    static SC: Sidecar = Sidecar::new();
-    let sem = SidecarBox::new_in(
-        &SC,
-        cxc_sync::SharedSemaphore::create(d.path().join("s"), 1, 1).unwrap(),
-        None,
-    );
+    let (_, sem) = boxed(cxc_sync::SharedSemaphore::create(d.path().join("s"), 1, 1).unwrap());
     let p = sem.try_acquire().unwrap();
     assert!(sem.acquire_timeout(Duration::from_millis(5)).is_none());
     drop(p);

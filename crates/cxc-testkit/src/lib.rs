@@ -13,6 +13,8 @@
 //! - [`wait_until`] and [`wait_for_path`] poll a condition up to a deadline.
 //! - [`find_program`] finds a program a test runs; [`all_threads_in_state`] reads a
 //!   process's threads' states.
+//! - [`sealed`] and [`intact`] make and check a multi-word payload whose torn copies
+//!   are detected.
 //! - [`Rng`] is the one seeded generator (SplitMix64); [`Rng::for_test`] prints its seed
 //!   (shown when the test fails) and takes it back from [`SEED_VAR`] to replay a run.
 //!
@@ -43,14 +45,18 @@
 
 #![forbid(unsafe_code)]
 
+mod command;
 mod host;
+mod payload;
 mod proc;
 mod rng;
 mod role;
 mod wait;
 
+pub use command::{RoleCommand, spawn_role};
 pub use host::{all_threads_in_state, find_program};
-pub use proc::{Proc, RoleCommand, spawn_role};
+pub use payload::{intact, sealed};
+pub use proc::Proc;
 pub use rng::{Rng, SEED_VAR, mix};
 pub use role::{
     ARG_VAR_PREFIX, REPORT_PREFIX, ROLE_VAR, arg, fields, in_role, path_arg, report, role, try_arg,

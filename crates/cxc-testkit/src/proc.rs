@@ -1,7 +1,6 @@
-//! Child process handles: spawn (any command, or this test binary in a role), signals,
-//! bounded waits, report lines, and a SIGKILL on drop.
+//! Child process handles: spawn any command (this test binary in a role: see
+//! [`crate::RoleCommand`]), signals, bounded waits, report lines, and a SIGKILL on drop.
 
-use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -11,98 +10,11 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
 
-use crate::role::{REPORT_PREFIX, ROLE_VAR, arg_var};
+use crate::role::REPORT_PREFIX;
 
 /// After a child exits, how long its output may take to reach end of file (a grandchild
 /// that inherited the pipe can hold it open for much longer; then what arrived is used).
 const EOF_GRACE: Duration = Duration::from_secs(2);
-
-/// Builds the re-execution of this test binary running only test `test` (exact name,
-/// with its module path for unit tests) in role `role`.
-///
-/// The child gets [`ROLE_VAR`]` = role`, its arguments as environment variables (read
-/// them with [`crate::arg`]), and `--exact TEST --include-ignored --nocapture
-/// --test-threads=1` (so a test marked `#[ignore]` runs in the child too: the parent
-/// running it is the decision).
-///
-/// ```no_run
-/// # let path = std::path::Path::new("f");
-/// use cxc_testkit::RoleCommand;
-/// let child = RoleCommand::new("race_test", "racer").arg("path", path).arg("start_ns", "123").spawn();
-/// ```
-#[derive(Debug)]
-pub struct RoleCommand {
-    cmd: Command,
-    test: String,
-    role: String,
-    /// `key=value` of each role argument, for failure messages.
-    args: Vec<String>,
-}
-
-impl RoleCommand {
-    /// This test binary, to run `test` in `role`.
-    ///
-    /// # Panics
-    ///
-    /// If the path of the running executable cannot be found.
-    pub fn new(test: &str, role: &str) -> Self {
-        let exe = std::env::current_exe().expect("the path of this test binary");
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "--exact",
-            test,
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE_VAR, role);
-        RoleCommand {
-            cmd,
-            test: test.to_owned(),
-            role: role.to_owned(),
-            args: Vec::new(),
-        }
-    }
-
-    /// Passes role argument `key` (ASCII letters, digits, `_`), read in the child with
-    /// [`crate::arg`] or [`crate::path_arg`].
-    pub fn arg(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
-        let value = value.as_ref();
-        self.args.push(format!("{key}={}", value.to_string_lossy()));
-        self.cmd.env(arg_var(key), value);
-        self
-    }
-
-    /// Sets any other environment variable of the child.
-    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
-        self.cmd.env(key, value);
-        self
-    }
-
-    /// The command itself, for a parent that must not start threads (a [`Proc`] reads
-    /// the child's output on threads; e.g. a process that unshared its pid namespace
-    /// cannot create threads). Its stdio is inherited unless set.
-    pub fn into_command(self) -> Command {
-        self.cmd
-    }
-
-    /// Starts the child; see [`Proc`]. Failure messages name the test, the role and the
-    /// role arguments.
-    pub fn spawn(self) -> Proc {
-        let mut what = format!("{} as {}", self.test, self.role);
-        if !self.args.is_empty() {
-            what = format!("{what} ({})", self.args.join(" "));
-        }
-        let mut p = Proc::spawn(self.cmd, &what);
-        p.test = Some(self.test);
-        p
-    }
-}
-
-/// [`RoleCommand::new`]`(test, role).spawn()`: a child with no role arguments.
-pub fn spawn_role(test: &str, role: &str) -> Proc {
-    RoleCommand::new(test, role).spawn()
-}
 
 /// A running child process, killed (SIGKILL) and reaped when dropped, so a test that
 /// panics leaves no orphan.
@@ -114,7 +26,7 @@ pub struct Proc {
     child: Child,
     what: String,
     /// The exact test name, for children that are this test binary.
-    test: Option<String>,
+    pub(crate) test: Option<String>,
     reaped: Option<ExitStatus>,
     lines: Receiver<String>,
     eof: bool,

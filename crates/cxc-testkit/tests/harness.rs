@@ -23,6 +23,21 @@ fn panic_message(f: impl FnOnce()) -> String {
 }
 
 /// True while a process with this pid exists.
+/// A child of `test` in `role` that reports `line`, then sleeps until killed (600 s at
+/// most). In the parent: starts it, waits for its report and returns it with its pid. In
+/// the child: plays the role and returns `None`.
+fn sleeping_child(test: &str, role: &str, line: &str) -> Option<(Proc, u32)> {
+    if in_role(role) {
+        report(line);
+        std::thread::sleep(Duration::from_secs(600));
+        return None;
+    }
+    let mut child = spawn_role(test, role);
+    assert_eq!(child.next_report(T), line);
+    let pid = child.pid();
+    Some((child, pid))
+}
+
 fn alive(pid: u32) -> bool {
     test_kill_process(Pid::from_raw(pid as i32).expect("non-zero pid")).is_ok()
 }
@@ -82,14 +97,10 @@ fn wrong_test_name_is_reported() {
 
 #[test]
 fn hung_child_is_killed_at_the_timeout() {
-    if in_role("hang") {
-        report("hanging");
-        std::thread::sleep(Duration::from_secs(600));
+    let test = "hung_child_is_killed_at_the_timeout";
+    let Some((mut child, pid)) = sleeping_child(test, "hang", "hanging") else {
         return;
-    }
-    let mut child = spawn_role("hung_child_is_killed_at_the_timeout", "hang");
-    assert_eq!(child.next_report(T), "hanging");
-    let pid = child.pid();
+    };
     let msg = panic_message(|| drop(child.finish(Duration::from_millis(100))));
     assert!(msg.contains("still running after"), "{msg}");
     assert!(!alive(pid), "the hung child is still there");
@@ -143,14 +154,10 @@ fn stop_cont_and_kill() {
 
 #[test]
 fn dropping_the_handle_kills_the_child() {
-    if in_role("sleeper") {
-        report("up");
-        std::thread::sleep(Duration::from_secs(600));
+    let Some((child, pid)) = sleeping_child("dropping_the_handle_kills_the_child", "sleeper", "up")
+    else {
         return;
-    }
-    let mut child = spawn_role("dropping_the_handle_kills_the_child", "sleeper");
-    assert_eq!(child.next_report(T), "up");
-    let pid = child.pid();
+    };
     assert!(alive(pid));
     drop(child);
     assert!(!alive(pid), "dropped child {pid} still exists");

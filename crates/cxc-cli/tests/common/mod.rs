@@ -15,6 +15,12 @@ pub(crate) fn cxc(args: &[&str]) -> Command {
     c
 }
 
+/// Runs `cxc ARGS` to the end and asserts that it succeeded.
+pub(crate) fn succeeds(args: &[&str]) {
+    let status = cxc(args).status().expect("run cxc");
+    assert!(status.success(), "cxc {args:?}: {status}");
+}
+
 /// A running `cxc` wrapper, killed with SIGKILL if the test ends first (its keeper then
 /// terminates the command's group).
 pub(crate) struct Job(pub(crate) Child);
@@ -66,6 +72,21 @@ impl Drop for Job {
 
 pub(crate) fn p(path: &Path) -> &str {
     path.to_str().unwrap()
+}
+
+/// The time (ns) the log records for `kind` (`start` or `end`) of job `id`, waiting up
+/// to `t` for it to appear.
+pub(crate) fn logged(log: &Path, kind: &str, id: usize, t: Duration) -> Option<u128> {
+    let end = Instant::now() + t;
+    loop {
+        if let Some(e) = read_log(log).iter().find(|e| e.0 == kind && e.1 == id) {
+            return Some(e.2);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// (kind, id, ns) lines of the log.

@@ -35,6 +35,15 @@ fn registered(pid: u32, bits: &[u8]) -> (Arc<HeartbeatSlot>, u64) {
     (Arc::new(slot), owner)
 }
 
+/// Runs `f` on (a shared handle of) `slot` in a new thread.
+fn on<R: Send + 'static>(
+    slot: &Arc<HeartbeatSlot>,
+    f: impl FnOnce(&HeartbeatSlot) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let slot = Arc::clone(slot);
+    thread::spawn(move || f(&slot))
+}
+
 fn has(bits: u64, bit: u8) -> bool {
     bits & (1u64 << bit) != 0
 }
@@ -45,22 +54,16 @@ fn has(bits: u64, bit: u8) -> bool {
 fn loom_mark_vs_reclaim_no_bit_lost() {
     loom::model(|| {
         let (slot, me) = registered(10, &[1]);
-        let worker = {
-            let slot = slot.clone();
-            thread::spawn(move || {
-                let m2 = slot.update_bit(me, 2, true);
-                let beat = slot.beat(me, 2);
-                let m40 = slot.update_bit(me, 40, true);
-                let c1 = slot.update_bit(me, 1, false);
-                // Once a beat saw the fence, nothing of this worker succeeds any more.
-                assert!(beat || (!m40 && !c1), "fenced worker resumed");
-                (m2, m40, c1)
-            })
-        };
-        let watchdog = {
-            let slot = slot.clone();
-            thread::spawn(move || slot.reclaim(me))
-        };
+        let worker = on(&slot, move |slot| {
+            let m2 = slot.update_bit(me, 2, true);
+            let beat = slot.beat(me, 2);
+            let m40 = slot.update_bit(me, 40, true);
+            let c1 = slot.update_bit(me, 1, false);
+            // Once a beat saw the fence, nothing of this worker succeeds any more.
+            assert!(beat || (!m40 && !c1), "fenced worker resumed");
+            (m2, m40, c1)
+        });
+        let watchdog = on(&slot, move |slot| slot.reclaim(me));
         let (m2, m40, c1) = worker.join().unwrap();
         let (taken, newly) = watchdog
             .join()
@@ -94,9 +97,8 @@ fn loom_mark_vs_reclaim_no_bit_lost() {
 fn loom_two_watchdogs_reclaim_exactly_once() {
     loom::model(|| {
         let (slot, me) = registered(10, &[0, 33]);
-        let spawn_reclaim = |slot: Arc<HeartbeatSlot>| thread::spawn(move || slot.reclaim(me));
-        let a = spawn_reclaim(slot.clone());
-        let b = spawn_reclaim(slot.clone());
+        let a = on(&slot, move |slot| slot.reclaim(me));
+        let b = on(&slot, move |slot| slot.reclaim(me));
         let m7 = slot.update_bit(me, 7, true);
         let ra = a.join().unwrap();
         let rb = b.join().unwrap();
@@ -121,19 +123,13 @@ fn loom_two_watchdogs_reclaim_exactly_once() {
 fn loom_reclaim_vs_reregister_vs_stale_worker() {
     loom::model(|| {
         let (slot, old) = registered(10, &[1]);
-        let watchdog = {
-            let slot = slot.clone();
-            thread::spawn(move || slot.reclaim(old))
-        };
-        let newcomer = {
-            let slot = slot.clone();
-            thread::spawn(move || {
-                match slot.try_claim(20, &id(20, 0), 3, &ClaimRule::FreeOrFenced) {
-                    Claim::Won { owner, .. } => Some((owner, slot.update_bit(owner, 1, true))),
-                    Claim::No => None,
-                }
-            })
-        };
+        let watchdog = on(&slot, move |slot| slot.reclaim(old));
+        let newcomer = on(&slot, move |slot| {
+            match slot.try_claim(20, &id(20, 0), 3, &ClaimRule::FreeOrFenced) {
+                Claim::Won { owner, .. } => Some((owner, slot.update_bit(owner, 1, true))),
+                Claim::No => None,
+            }
+        });
         let c1 = slot.update_bit(old, 1, false);
         let m5 = slot.update_bit(old, 5, true);
         let _ = slot.beat(old, 2); // a stale beat must not revive or disturb anything
@@ -185,10 +181,7 @@ fn loom_clear_keeps_bits_marked_after_scan() {
     loom::model(|| {
         let (slot, me) = registered(10, &[4]);
         let report = slot.read().unwrap();
-        let worker = {
-            let slot = slot.clone();
-            thread::spawn(move || slot.update_bit(me, 6, true))
-        };
+        let worker = on(&slot, move |slot| slot.update_bit(me, 6, true));
         let cleared = slot.clear_reported(me, report.in_flight_bitmap);
         let m6 = worker.join().unwrap();
         let (erased, newly) = cleared.unwrap();
@@ -212,18 +205,15 @@ fn loom_snapshot_consistent_under_churn() {
     loom::model(|| {
         let (slot, first) = registered(10, &[3]);
         let g1 = u64::from(gen_of(first));
-        let churn = {
-            let slot = slot.clone();
-            thread::spawn(move || {
-                assert!(slot.update_bit(first, 3, false));
-                assert!(slot.release(first));
-                if let Claim::Won { owner, .. } =
-                    slot.try_claim(20, &id(20, 777), 7, &ClaimRule::FreeOrFenced)
-                {
-                    assert!(slot.update_bit(owner, 9, true));
-                }
-            })
-        };
+        let churn = on(&slot, move |slot| {
+            assert!(slot.update_bit(first, 3, false));
+            assert!(slot.release(first));
+            if let Claim::Won { owner, .. } =
+                slot.try_claim(20, &id(20, 777), 7, &ClaimRule::FreeOrFenced)
+            {
+                assert!(slot.update_bit(owner, 9, true));
+            }
+        });
         for _ in 0..2 {
             let Some(s) = slot.read() else { continue };
             match s.pid {
@@ -271,13 +261,10 @@ fn loom_os_dead_reuse_vs_fence() {
         else {
             panic!("a fresh slot must be claimable");
         };
-        let registrant = {
-            let slot = slot.clone();
-            thread::spawn(move || {
-                let dead = |i: &Identity| *i == id(10, 555);
-                slot.try_claim(30, &id(30, 0), 2, &ClaimRule::OsDead(&dead))
-            })
-        };
+        let registrant = on(&slot, move |slot| {
+            let dead = |i: &Identity| *i == id(10, 555);
+            slot.try_claim(30, &id(30, 0), 2, &ClaimRule::OsDead(&dead))
+        });
         let fenced = slot.fence(old);
         let claim = registrant.join().unwrap();
         let snap = slot.read().unwrap();

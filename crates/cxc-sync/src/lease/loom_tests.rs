@@ -76,6 +76,14 @@ fn pid20_dead(s: &LeaseState, w: Word) -> Liveness {
     }
 }
 
+/// Runs `f` on the lease state `s` (a shared handle) in a new thread.
+fn on<R: Send + 'static>(
+    s: Arc<LeaseState>,
+    f: impl FnOnce(&LeaseState) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    thread::spawn(move || f(&s))
+}
+
 fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
     [v; PAYLOAD_WORDS]
 }
@@ -86,14 +94,14 @@ fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
 fn loom_claim_preempt_release() {
     loom::model(|| {
         let s = Arc::new(LeaseState::new());
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || {
-            let c = claim(&s1, LOWER, 20, 3, false);
+        let t1 = on(s.clone(), move |s1| {
+            let c = claim(s1, LOWER, 20, 3, false);
             let released = c.map(|(c, _)| s1.release_id(c.id));
             (c.map(|(c, _)| c), released)
         });
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || claim(&s2, LOWER, 10, 3, false).map(|(c, _)| c));
+        let t2 = on(s.clone(), move |s2| {
+            claim(s2, LOWER, 10, 3, false).map(|(c, _)| c)
+        });
         let (c1, rel1) = t1.join().unwrap();
         let c2 = t2.join().unwrap();
         let c2 = c2.expect("pid 10 always wins: vacant or preempting pid 20");
@@ -193,14 +201,12 @@ fn loom_write_vs_preemption() {
     loom::model(|| {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, LOWER, 20, 3, false).unwrap();
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || {
+        let t1 = on(s.clone(), move |s1| {
             s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
                 .is_ok()
         });
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || {
-            let c2 = claim(&s2, LOWER, 10, 3, false);
+        let t2 = on(s.clone(), move |s2| {
+            let c2 = claim(s2, LOWER, 10, 3, false);
             c2.map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w.id() == c.id)))
         });
         let wrote = t1.join().unwrap();
@@ -235,10 +241,8 @@ fn loom_steal_race() {
         let s = Arc::new(LeaseState::new());
         // The epoch has moved far past the (old) heartbeat of the vacant lease.
         s.epoch.store(100, Ordering::Release);
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || claim(&s1, NEVER, 5, 3, false).is_some());
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || claim(&s2, NEVER, 9, 3, false).is_some());
+        let t1 = on(s.clone(), move |s1| claim(s1, NEVER, 5, 3, false).is_some());
+        let t2 = on(s.clone(), move |s2| claim(s2, NEVER, 9, 3, false).is_some());
         let a = t1.join().unwrap();
         let b = t2.join().unwrap();
         assert!(
@@ -260,8 +264,7 @@ fn loom_writer_dies_mid_write() {
             s.write_if(&words(3), PAYLOAD_WORDS, |w| w.id() == c1.id)
                 .is_ok()
         );
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || {
+        let t1 = on(s.clone(), move |s1| {
             // Start a write and "die" after the first data word.
             if let Ok(w) = s1.start_write(|w| w.id() == c1.id) {
                 let stage = &s1.bufs[w.stage().expect("a staging buffer")];
@@ -269,9 +272,8 @@ fn loom_writer_dies_mid_write() {
                 stage.words[0].store(99, Ordering::Relaxed);
             }
         });
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || {
-            claim_judged(&s2, NEVER, 30, 1000, false, pid20_dead)
+        let t2 = on(s.clone(), move |s2| {
+            claim_judged(s2, NEVER, 30, 1000, false, pid20_dead)
                 .map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w.id() == c.id)))
         });
         t1.join().unwrap();
@@ -297,15 +299,13 @@ fn loom_slow_writer_superseded_as_stale() {
     loom::model(|| {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || {
+        let t1 = on(s.clone(), move |s1| {
             s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
                 .is_ok()
         });
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || {
+        let t2 = on(s.clone(), move |s2| {
             s2.epoch.store(5, Ordering::Release);
-            claim(&s2, NEVER, 30, 0, false).map(|(c, _)| c)
+            claim(s2, NEVER, 30, 0, false).map(|(c, _)| c)
         });
         let wrote = t1.join().unwrap();
         if let Some(c2) = t2.join().unwrap() {
@@ -338,14 +338,14 @@ fn loom_sibling_release_during_write() {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, NEVER, 20, 3, false).unwrap();
         let _ = holder(&s, 30);
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id));
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || {
+        let t1 = on(s.clone(), move |s1| {
+            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
+        });
+        let t2 = on(s.clone(), move |s2| {
             if !s2.release_id(c1.id) {
                 return None;
             }
-            let (c2, _) = claim(&s2, NEVER, 30, 3, false)?;
+            let (c2, _) = claim(s2, NEVER, 30, 3, false)?;
             let wrote = s2.write_if(&words(100), PAYLOAD_WORDS, |w| w.id() == c2.id);
             let read = s2.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id);
             Some((c2, wrote, read))
@@ -386,12 +386,12 @@ fn loom_stale_writer_resumes_after_takeover() {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
         let _ = holder(&s, 30);
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id));
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || {
+        let t1 = on(s.clone(), move |s1| {
+            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
+        });
+        let t2 = on(s.clone(), move |s2| {
             s2.epoch.store(5, Ordering::Release);
-            let (c2, _) = claim(&s2, NEVER, 30, 0, false)?;
+            let (c2, _) = claim(s2, NEVER, 30, 0, false)?;
             let wrote = s2.write_if(&words(100), PAYLOAD_WORDS, |w| w.id() == c2.id);
             Some((c2, wrote))
         });
@@ -472,10 +472,8 @@ fn loom_no_lost_wakeup() {
         let s = Arc::new(LeaseState::new());
         let (c1, _) = claim(&s, NEVER, 20, u64::MAX / 2, false).unwrap();
         let _ = holder(&s, 30);
-        let s1 = s.clone();
-        let t1 = thread::spawn(move || assert!(s1.release_id(c1.id)));
-        let s2 = s.clone();
-        let t2 = thread::spawn(move || blocking_claim(&s2, 30));
+        let t1 = on(s.clone(), move |s1| assert!(s1.release_id(c1.id)));
+        let t2 = on(s.clone(), move |s2| blocking_claim(s2, 30));
         t1.join().unwrap();
         let c2 = t2.join().unwrap();
         assert_eq!(s.word().id(), c2.id);

@@ -131,10 +131,8 @@ fn payload(v: u64) -> [u64; super::layout::PAYLOAD_WORDS] {
 fn loom_rw_handoff_no_lost_wakeup() {
     loom::model(|| {
         let m = Model::new(2);
-        let m1 = Arc::clone(&m);
-        let r = thread::spawn(move || {
-            let raw = m1.raw(None);
-            assert!(m1.read_lock(&raw, 0));
+        let r = spawn(&m, None, move |m1, raw| {
+            assert!(m1.read_lock(raw, 0));
             m1.enter_read();
             let v = m1.published();
             assert!(v == 0 || v == 1);
@@ -160,10 +158,8 @@ fn loom_two_writers_exclusion() {
         let m = Model::new(2);
         let hs: Vec<_> = (0..2)
             .map(|i| {
-                let m = Arc::clone(&m);
-                thread::spawn(move || {
-                    let raw = m.raw(None);
-                    let claim = m.write_lock(&raw, i).unwrap();
+                spawn(&m, None, move |m, raw| {
+                    let claim = m.write_lock(raw, i).unwrap();
                     m.enter_write();
                     m.leave_write();
                     assert!(raw.write_unlock(claim));
@@ -177,94 +173,106 @@ fn loom_two_writers_exclusion() {
     });
 }
 
+/// Spawns a thread that runs `f` on model `m` with a raw handle; with `crash_at`, the
+/// handle's "process" dies at that step (a [`CrashPlan`]).
+fn spawn<R: Send + 'static>(
+    m: &Arc<Model>,
+    crash_at: Option<u32>,
+    f: impl FnOnce(&Model, &RawRwLock<'_>) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let m = Arc::clone(m);
+    thread::spawn(move || {
+        let plan = crash_at.map(CrashPlan::new);
+        let raw = m.raw(plan.as_ref());
+        f(&m, &raw)
+    })
+}
+
+/// Runs `model` as a loom model on a fresh two-slot [`Model`], once for every crash step
+/// `at` below `steps`.
+fn at_every_step<F>(steps: u32, model: F)
+where
+    F: Fn(Arc<Model>, u32) + Send + Sync + 'static,
+{
+    let model = std::sync::Arc::new(model);
+    for at in 0..steps {
+        let model = std::sync::Arc::clone(&model);
+        loom::model(move || model(Model::new(2), at));
+    }
+}
+
 /// A reader that dies at every step of lock/unlock, reclaimed by a third party once
 /// dead: the blocked writer always gets in (a dead reader never wedges it) and never
 /// while the reader was inside and alive.
 #[test]
 fn loom_dead_reader_never_wedges_writer() {
-    for at in 0..4 {
-        loom::model(move || {
-            let m = Model::new(2);
-            let m1 = Arc::clone(&m);
-            let reader = thread::spawn(move || {
-                let plan = CrashPlan::new(at);
-                let raw = m1.raw(Some(&plan));
-                if m1.read_lock(&raw, 0) {
-                    m1.enter_read();
-                    let dead = raw.crash_here();
-                    m1.leave_read(); // a dead process's hold is reclaimed, not left
-                    if dead {
-                        return true;
-                    }
-                    raw.read_unlock(0);
+    at_every_step(4, |m, at| {
+        let reader = spawn(&m, Some(at), move |m1, raw| {
+            if m1.read_lock(raw, 0) {
+                m1.enter_read();
+                let dead = raw.crash_here();
+                m1.leave_read(); // a dead process's hold is reclaimed, not left
+                if dead {
+                    return true;
                 }
-                raw.stopped()
-            });
-            let m2 = Arc::clone(&m);
-            let writer = thread::spawn(move || {
-                let raw = m2.raw(None);
-                let claim = m2.write_lock(&raw, 1).unwrap();
-                m2.enter_write();
-                m2.leave_write();
-                assert!(raw.write_unlock(claim));
-            });
-            // The reclaimer: once the reader's process is gone, drop its holds.
-            if reader.join().unwrap() {
-                m.raw(None).drop_dead_slot(0);
+                raw.read_unlock(0);
             }
-            writer.join().unwrap();
-            assert_eq!(m.slots[0].readers.load(Ordering::SeqCst), 0);
+            raw.stopped()
         });
-    }
+        let writer = spawn(&m, None, move |m2, raw| {
+            let claim = m2.write_lock(raw, 1).unwrap();
+            m2.enter_write();
+            m2.leave_write();
+            assert!(raw.write_unlock(claim));
+        });
+        // The reclaimer: once the reader's process is gone, drop its holds.
+        if reader.join().unwrap() {
+            m.raw(None).drop_dead_slot(0);
+        }
+        writer.join().unwrap();
+        assert_eq!(m.slots[0].readers.load(Ordering::SeqCst), 0);
+    });
 }
 
 /// A writer that dies at every step of lock/write/unlock, evicted by a third party once
 /// dead: the blocked reader always gets in, never sees a torn or unpublished payload.
 #[test]
 fn loom_dead_writer_never_wedges_reader() {
-    for at in 0..6 {
-        loom::model(move || {
-            let m = Model::new(2);
-            let m1 = Arc::clone(&m);
-            let writer = thread::spawn(move || {
-                let plan = CrashPlan::new(at);
-                let raw = m1.raw(Some(&plan));
-                let Some(claim) = m1.write_lock(&raw, 0) else {
-                    return (true, false);
-                };
-                if raw.crash_here() {
-                    return (true, false);
-                }
-                raw.fill(claim, &payload(1));
-                if raw.crash_here() {
-                    return (true, false);
-                }
-                let claim = raw.publish(claim).unwrap();
-                let ok = raw.write_unlock(claim);
-                (raw.stopped(), ok)
-            });
-            let m2 = Arc::clone(&m);
-            let reader = thread::spawn(move || {
-                let raw = m2.raw(None);
-                assert!(m2.read_lock(&raw, 1));
-                let v = m2.published();
-                raw.read_unlock(1);
-                v
-            });
-            let (dead, _) = writer.join().unwrap();
-            if dead {
-                m.raw(None).drop_dead_slot(0);
+    at_every_step(6, |m, at| {
+        let writer = spawn(&m, Some(at), move |m1, raw| {
+            let Some(claim) = m1.write_lock(raw, 0) else {
+                return (true, false);
+            };
+            if raw.crash_here() {
+                return (true, false);
             }
-            let v = reader.join().unwrap();
-            assert!(v == 0 || v == 1);
-            // The lock is free again: a new writer gets in at once.
-            let raw = m.raw(None);
-            let c = raw.try_claim(1).expect("lock wedged");
-            assert_eq!(raw.reader_left(), None);
-            assert!(raw.write_unlock(c));
-            m.published();
+            raw.fill(claim, &payload(1));
+            if raw.crash_here() {
+                return (true, false);
+            }
+            let claim = raw.publish(claim).unwrap();
+            let ok = raw.write_unlock(claim);
+            (raw.stopped(), ok)
         });
-    }
+        let reader = spawn(&m, None, move |m2, raw| {
+            assert!(m2.read_lock(raw, 1));
+            let v = m2.published();
+            raw.read_unlock(1);
+            v
+        });
+        let (dead, _) = writer.join().unwrap();
+        if dead {
+            m.raw(None).drop_dead_slot(0);
+        }
+        let v = reader.join().unwrap();
+        assert!(v == 0 || v == 1);
+        // The lock is free again: a new writer gets in at once.
+        let raw = m.raw(None);
+        let c = raw.try_claim(1).expect("lock wedged");
+        assert_eq!(raw.reader_left(), None);
+        assert!(raw.write_unlock(c));
+        m.published();
+    });
 }
 
 /// A writer evicted while it writes (stopped past the grace): its publication is refused
@@ -276,9 +284,7 @@ fn loom_evicted_writer_never_published() {
         let m = Model::new(2);
         let raw = m.raw(None);
         let old = raw.try_claim(0).unwrap();
-        let m1 = Arc::clone(&m);
-        let stale = thread::spawn(move || {
-            let raw = m1.raw(None);
+        let stale = spawn(&m, None, move |_, raw| {
             raw.fill(old, &payload(7));
             match raw.publish(old) {
                 Ok(c) => {
@@ -289,14 +295,12 @@ fn loom_evicted_writer_never_published() {
                 Err(_) => false,
             }
         });
-        let m2 = Arc::clone(&m);
-        let taker = thread::spawn(move || {
-            let raw = m2.raw(None);
+        let taker = spawn(&m, None, move |m2, raw| {
             let seen = raw.word();
             if seen.writer() == Some(0) {
                 assert!(raw.evict(seen) || raw.word().id() != seen.id());
             }
-            let c = m2.write_lock(&raw, 1).unwrap();
+            let c = m2.write_lock(raw, 1).unwrap();
             raw.fill(c, &payload(2));
             let c = raw.publish(c).unwrap();
             assert_eq!(m2.published(), 2);

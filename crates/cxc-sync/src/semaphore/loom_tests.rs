@@ -51,6 +51,13 @@ impl Model {
         Arc::new(m)
     }
 
+    /// As [`Model::new`], then P (slot 0) takes one permit.
+    fn with_p_holding_one(initial: u32, max: u32, slots: usize) -> Arc<Model> {
+        let m = Model::new(initial, max, slots);
+        assert!(m.raw(None).try_acquire(Some(0)));
+        m
+    }
+
     fn raw<'a>(&'a self, crash: Option<&'a CrashPlan>) -> RawSemaphore<'a> {
         RawSemaphore {
             head: &self.head,
@@ -110,6 +117,12 @@ impl Model {
         n
     }
 
+    /// [`Model::check_quiescent`], with `available` permits available.
+    fn check_quiescent_with(&self, available: u32) {
+        self.check_quiescent();
+        assert_eq!(self.raw(None).available(), available);
+    }
+
     /// Conservation at quiescence, once every dead holder has been reclaimed: every
     /// permit is available, held, or handed (`max - initial` start out handed).
     fn check_quiescent(&self) {
@@ -126,22 +139,56 @@ impl Model {
     }
 }
 
+/// Spawns a thread that runs `f` on model `m`.
+fn on<R>(m: &Arc<Model>, f: impl FnOnce(&Model) -> R + Send + 'static) -> thread::JoinHandle<R>
+where
+    R: Send + 'static,
+{
+    let m = Arc::clone(m);
+    thread::spawn(move || f(&m))
+}
+
+/// "Process" P runs `dying` on slot 0's side and dies at step `at` of it, while Q cycles
+/// on slot 1; once P is dead, its slot is reclaimed (by R1) while Q may still run; then
+/// Q is joined and conservation checked.
+fn p_dies_while_q_cycles(
+    m: &Arc<Model>,
+    at: u32,
+    dying: impl FnOnce(&RawSemaphore<'_>) + Send + 'static,
+) {
+    let p = on(m, move |m| {
+        let plan = CrashPlan::new(at);
+        dying(&m.raw(Some(&plan)));
+    });
+    let q = on(m, move |m| m.cycle(1));
+    p.join().unwrap();
+    let seen = m.slots[0].owner.load(Ordering::SeqCst);
+    m.reclaim(0, seen, R1, None);
+    q.join().unwrap();
+    m.check_quiescent();
+}
+
+/// Runs `model(at)` as a loom model for every crash step `at` below `steps`.
+fn at_every_step(steps: u32, model: impl Fn(u32) + Send + Sync + 'static) {
+    let model = std::sync::Arc::new(model);
+    for at in 0..steps {
+        let model = std::sync::Arc::clone(&model);
+        loom::model(move || model(at));
+    }
+}
+
 /// Two processes, one permit: never two holders; everything returned at the end.
 #[test]
 fn loom_two_processes_one_permit() {
     loom::model(|| {
         let m = Model::new(1, 1, 2);
-        let t = {
-            let m = m.clone();
-            thread::spawn(move || {
-                m.cycle(1);
-                m.cycle(1);
-            })
-        };
+        let t = on(&m, move |m| {
+            m.cycle(1);
+            m.cycle(1);
+        });
         m.cycle(0);
         t.join().unwrap();
-        m.check_quiescent();
-        assert_eq!(m.raw(None).available(), 1);
+        m.check_quiescent_with(1);
     });
 }
 
@@ -150,10 +197,7 @@ fn loom_two_processes_one_permit() {
 fn loom_two_threads_one_holder() {
     loom::model(|| {
         let m = Model::new(2, 2, 1);
-        let t = {
-            let m = m.clone();
-            thread::spawn(move || m.cycle(0))
-        };
+        let t = on(&m, move |m| m.cycle(0));
         m.cycle(0);
         t.join().unwrap();
         m.check_quiescent();
@@ -167,10 +211,7 @@ fn loom_two_threads_one_holder() {
 fn loom_release_refused_at_max() {
     loom::model(|| {
         let m = Model::new(1, 2, 2);
-        let t = {
-            let m = m.clone();
-            thread::spawn(move || m.raw(None).release(Some(1)))
-        };
+        let t = on(&m, move |m| m.raw(None).release(Some(1)));
         let a = m.raw(None).release(Some(0));
         let b = t.join().unwrap();
         let ok = |r: Released| r == Released::Handed;
@@ -188,10 +229,7 @@ fn loom_release_refused_at_max() {
 fn loom_release_without_a_permit_is_refused() {
     loom::model(|| {
         let m = Model::new(1, 1, 2);
-        let t = {
-            let m = m.clone();
-            thread::spawn(move || m.cycle(0))
-        };
+        let t = on(&m, move |m| m.cycle(0));
         let r = m.raw(None).release(Some(1));
         let r2 = m.raw(None).release(None);
         t.join().unwrap();
@@ -208,12 +246,8 @@ fn loom_release_without_a_permit_is_refused() {
 #[test]
 fn loom_disown_hand_off() {
     loom::model(|| {
-        let m = Model::new(1, 1, 2);
-        assert!(m.raw(None).try_acquire(Some(0)));
-        let p = {
-            let m = m.clone();
-            thread::spawn(move || assert!(m.raw(None).disown(0)))
-        };
+        let m = Model::with_p_holding_one(1, 1, 2);
+        let p = on(&m, move |m| assert!(m.raw(None).disown(0)));
         let first = m.raw(None).release(Some(1));
         assert!(!m.raw(None).try_acquire(Some(1)) || first == Released::Handed);
         p.join().unwrap();
@@ -234,153 +268,105 @@ fn loom_disown_hand_off() {
     });
 }
 
-/// P dies at every step of disowning its permit; after reclaim, the permit is either
-/// back (reclaimed from P) or handed (releasable once), never both.
+/// What P is doing when it dies, at every step of it, while Q cycles.
+#[derive(Clone, Copy)]
+enum Dying {
+    /// Disowning its permit: after reclaim, the permit is either back (reclaimed from
+    /// P) or handed (releasable once), never both.
+    Disown,
+    /// Acquiring: reclaiming P returns exactly what P took (conservation with
+    /// initial < max, so an over-return could not hide behind the cap).
+    Acquire,
+    /// Releasing the one permit it holds.
+    Release,
+}
+
+/// The model of one [`Dying`] case, for each of the `steps` steps P can die at.
+fn p_dies_mid(dying: Dying, steps: u32) {
+    at_every_step(steps, move |at| {
+        let m = match dying {
+            Dying::Disown => Model::with_p_holding_one(2, 2, 2),
+            // Two available, so Q can transition on top of P's pending word.
+            Dying::Acquire => Model::new(2, 3, 2),
+            Dying::Release => Model::with_p_holding_one(2, 3, 2),
+        };
+        p_dies_while_q_cycles(&m, at, move |raw| match dying {
+            Dying::Disown => drop(raw.disown(0)),
+            // Dies mid-way, or completes and dies holding the permit.
+            Dying::Acquire => drop(raw.try_acquire(Some(0))),
+            Dying::Release => drop(raw.release(Some(0))),
+        });
+        match dying {
+            Dying::Disown => {
+                if m.handed() == 1 {
+                    assert_eq!(m.raw(None).release(Some(1)), Released::Handed);
+                }
+                assert_eq!(m.raw(None).available(), 2);
+                assert_eq!(m.raw(None).release(Some(1)), Released::Full);
+                m.check_quiescent();
+            }
+            Dying::Acquire => {
+                assert_eq!(m.held(0), 0);
+                assert_eq!(m.raw(None).available(), 2);
+            }
+            Dying::Release => assert_eq!(m.raw(None).available(), 2),
+        }
+    });
+}
+
 #[test]
 fn loom_death_mid_disown() {
-    for at in 0..6 {
-        loom::model(move || {
-            let m = Model::new(2, 2, 2);
-            assert!(m.raw(None).try_acquire(Some(0)));
-            let p = {
-                let m = m.clone();
-                thread::spawn(move || {
-                    let plan = CrashPlan::new(at);
-                    let _ = m.raw(Some(&plan)).disown(0);
-                })
-            };
-            let q = {
-                let m = m.clone();
-                thread::spawn(move || m.cycle(1))
-            };
-            p.join().unwrap();
-            let seen = m.slots[0].owner.load(Ordering::SeqCst);
-            m.reclaim(0, seen, R1, None);
-            q.join().unwrap();
-            m.check_quiescent();
-            if m.handed() == 1 {
-                assert_eq!(m.raw(None).release(Some(1)), Released::Handed);
-            }
-            assert_eq!(m.raw(None).available(), 2);
-            assert_eq!(m.raw(None).release(Some(1)), Released::Full);
-            m.check_quiescent();
-        });
-    }
+    p_dies_mid(Dying::Disown, 6);
 }
 
-/// Process P dies at every possible step of an acquire while Q cycles; reclaiming P
-/// returns exactly what P took (conservation with initial < max, so an over-return
-/// could not hide behind the cap).
 #[test]
 fn loom_death_mid_acquire_is_reclaimed() {
-    for at in 0..5 {
-        loom::model(move || {
-            // Two available, so Q can transition on top of P's pending word.
-            let m = Model::new(2, 3, 2);
-            let p = {
-                let m = m.clone();
-                thread::spawn(move || {
-                    let plan = CrashPlan::new(at);
-                    // Dies mid-way, or completes and dies holding the permit.
-                    let _ = m.raw(Some(&plan)).try_acquire(Some(0));
-                })
-            };
-            let q = {
-                let m = m.clone();
-                thread::spawn(move || m.cycle(1))
-            };
-            p.join().unwrap();
-            // P is dead now: reclaim it while Q may still run.
-            let seen = m.slots[0].owner.load(Ordering::SeqCst);
-            m.reclaim(0, seen, R1, None);
-            q.join().unwrap();
-            m.check_quiescent();
-            assert_eq!(m.held(0), 0);
-            assert_eq!(m.raw(None).available(), 2);
-        });
-    }
+    p_dies_mid(Dying::Acquire, 5);
 }
 
-/// P holds one permit and dies at every step of releasing it.
 #[test]
 fn loom_death_mid_release_is_reclaimed() {
-    for at in 0..5 {
-        loom::model(move || {
-            let m = Model::new(2, 3, 2);
-            assert!(m.raw(None).try_acquire(Some(0)));
-            let p = {
-                let m = m.clone();
-                thread::spawn(move || {
-                    let plan = CrashPlan::new(at);
-                    let _ = m.raw(Some(&plan)).release(Some(0));
-                })
-            };
-            let q = {
-                let m = m.clone();
-                thread::spawn(move || m.cycle(1))
-            };
-            p.join().unwrap();
-            let seen = m.slots[0].owner.load(Ordering::SeqCst);
-            m.reclaim(0, seen, R1, None);
-            q.join().unwrap();
-            m.check_quiescent();
-            assert_eq!(m.raw(None).available(), 2);
-        });
-    }
+    p_dies_mid(Dying::Release, 5);
 }
 
 /// A reclaimer dies at every step of draining a dead holder of two permits; a second
 /// reclaimer takes over from it and finishes, while Q cycles.
 #[test]
 fn loom_reclaimer_dies_and_is_superseded() {
-    for at in 0..8 {
-        loom::model(move || {
-            let m = Model::new(2, 3, 2);
-            let raw = m.raw(None);
-            assert!(raw.try_acquire(Some(0)) && raw.try_acquire(Some(0)));
-            // P is dead holding two permits.
-            let q = {
-                let m = m.clone();
-                thread::spawn(move || m.cycle(1))
-            };
-            let r1 = {
-                let m = m.clone();
-                thread::spawn(move || {
-                    let seen = m.slots[0].owner.load(Ordering::SeqCst);
-                    let plan = CrashPlan::new(at);
-                    m.reclaim(0, seen, R1, Some(&plan))
-                })
-            };
-            r1.join().unwrap();
-            // R1 is dead too (or finished and freed the slot).
+    at_every_step(8, |at| {
+        let m = Model::new(2, 3, 2);
+        let raw = m.raw(None);
+        assert!(raw.try_acquire(Some(0)) && raw.try_acquire(Some(0)));
+        // P is dead holding two permits.
+        let q = on(&m, move |m| m.cycle(1));
+        let r1 = on(&m, move |m| {
             let seen = m.slots[0].owner.load(Ordering::SeqCst);
-            if seen != 0 {
-                m.reclaim(0, seen, R2, None);
-            }
-            q.join().unwrap();
-            assert_eq!(m.slots[0].owner.load(Ordering::SeqCst), 0);
-            m.check_quiescent();
-            assert_eq!(m.raw(None).available(), 2);
+            let plan = CrashPlan::new(at);
+            m.reclaim(0, seen, R1, Some(&plan))
         });
-    }
+        r1.join().unwrap();
+        // R1 is dead too (or finished and freed the slot).
+        let seen = m.slots[0].owner.load(Ordering::SeqCst);
+        if seen != 0 {
+            m.reclaim(0, seen, R2, None);
+        }
+        q.join().unwrap();
+        assert_eq!(m.slots[0].owner.load(Ordering::SeqCst), 0);
+        m.check_quiescent_with(2);
+    });
 }
 
 /// Two reclaimers race for the same dead holder: one wins, the permits come back once.
 #[test]
 fn loom_racing_reclaimers_return_once() {
     loom::model(|| {
-        let m = Model::new(1, 2, 2);
-        assert!(m.raw(None).try_acquire(Some(0)));
+        let m = Model::with_p_holding_one(1, 2, 2);
         let seen = m.slots[0].owner.load(Ordering::SeqCst);
-        let t = {
-            let m = m.clone();
-            thread::spawn(move || m.reclaim(0, seen, R2, None))
-        };
+        let t = on(&m, move |m| m.reclaim(0, seen, R2, None));
         let a = m.reclaim(0, seen, R1, None);
         let b = t.join().unwrap();
         assert_eq!(a + b, 1);
-        m.check_quiescent();
-        assert_eq!(m.raw(None).available(), 1);
+        m.check_quiescent_with(1);
     });
 }
 
@@ -413,10 +399,7 @@ fn release_and_wake(m: &Model, holder: usize) {
 fn loom_no_lost_wakeup() {
     loom::model(|| {
         let m = Model::new(0, 1, 2);
-        let w = {
-            let m = m.clone();
-            thread::spawn(move || wait_for_permit(&m, 1))
-        };
+        let w = on(&m, move |m| wait_for_permit(&m, 1));
         release_and_wake(&m, 0);
         w.join().unwrap();
         assert_eq!(m.raw(None).available(), 0);

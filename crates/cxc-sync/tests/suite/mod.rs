@@ -24,6 +24,11 @@ fn ok<T, E: std::fmt::Debug>(what: &str, r: Result<T, E>) -> T {
     r.unwrap_or_else(|e| panic!("{what}: backend error {e:?}"))
 }
 
+/// `r` must be a refusal (`Ok(false)`): else the test fails with `why`.
+fn refused<E: std::fmt::Debug>(what: &str, r: Result<bool, E>, why: &str) {
+    assert!(!ok(what, r), "{why}");
+}
+
 /// Runs every lease property. The resource must start vacant with payload 0.
 pub fn lease_properties<L, F>(make: F)
 where
@@ -104,27 +109,23 @@ fn fenced_operations<L: FencedLease<Value = u64>>(a: &L, b: &L) {
     assert_eq!(ok("read", a.read(&c1)), Some(11));
     assert!(ok("beat", a.beat(&c1)));
     assert!(ok("release", a.release(&c1)));
-    assert!(
-        !ok("is_current", a.is_current(&c1)),
-        "released claim still current"
+    refused(
+        "is_current",
+        a.is_current(&c1),
+        "released claim still current",
     );
     assert_eq!(
         ok("read", a.read(&c1)),
         None,
         "L2: read through a released claim"
     );
-    assert!(
-        !ok("write", a.write(&c1, 12)),
-        "L2: write through a released claim"
+    refused(
+        "write",
+        a.write(&c1, 12),
+        "L2: write through a released claim",
     );
-    assert!(
-        !ok("beat", a.beat(&c1)),
-        "L2: beat through a released claim"
-    );
-    assert!(
-        !ok("release", a.release(&c1)),
-        "L3: second release succeeded"
-    );
+    refused("beat", a.beat(&c1), "L2: beat through a released claim");
+    refused("release", a.release(&c1), "L3: second release succeeded");
 
     let c2 = ok("b claims", b.try_claim()).expect("released lease is claimable");
     assert!(
@@ -133,13 +134,11 @@ fn fenced_operations<L: FencedLease<Value = u64>>(a: &L, b: &L) {
         L::generation(&c1),
         L::generation(&c2)
     );
-    assert!(
-        !ok("stale write", a.write(&c1, 13)),
-        "L2: stale write accepted"
-    );
-    assert!(
-        !ok("stale release", a.release(&c1)),
-        "L3: stale release accepted"
+    refused("stale write", a.write(&c1, 13), "L2: stale write accepted");
+    refused(
+        "stale release",
+        a.release(&c1),
+        "L3: stale release accepted",
     );
     assert!(!ok("stale beat", a.beat(&c1)), "L2: stale beat accepted");
     assert!(
@@ -187,25 +186,31 @@ fn acquire_wakes_on_release<L: FencedLease<Value = u64> + Sync>(a: &L, b: &L) {
     });
 }
 
+/// Runs `f` with each handle on a thread of its own, all at once; returns once all are
+/// done.
+fn on_each<H: Sync>(handles: &[H], f: impl Fn(&H) + Sync) {
+    std::thread::scope(|s| {
+        for h in handles {
+            let f = &f;
+            s.spawn(move || f(h));
+        }
+    });
+}
+
 /// L1 + L2 under contention: threads (one handle each) increment the payload under the
 /// lease; nobody is ever inside together and no increment is lost.
 fn exclusion_under_contention<L: FencedLease<Value = u64> + Sync>(handles: &[L], rounds: u64) {
     let inside = AtomicU32::new(0);
     let done = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for h in handles {
-            let (inside, done) = (&inside, &done);
-            s.spawn(move || {
-                for _ in 0..rounds {
-                    let c = ok("acquire", h.acquire(PROMPT * 4)).expect("acquire timed out");
-                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "L1: two holders");
-                    let v = ok("read", h.read(&c)).expect("holder cannot read");
-                    assert!(ok("write", h.write(&c, v + 1)), "holder's write refused");
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    done.fetch_add(1, Ordering::SeqCst);
-                    assert!(ok("release", h.release(&c)));
-                }
-            });
+    on_each(handles, |h| {
+        for _ in 0..rounds {
+            let c = ok("acquire", h.acquire(PROMPT * 4)).expect("acquire timed out");
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "L1: two holders");
+            let v = ok("read", h.read(&c)).expect("holder cannot read");
+            assert!(ok("write", h.write(&c, v + 1)), "holder's write refused");
+            inside.fetch_sub(1, Ordering::SeqCst);
+            done.fetch_add(1, Ordering::SeqCst);
+            assert!(ok("release", h.release(&c)));
         }
     });
     let h = &handles[0];
@@ -272,9 +277,10 @@ fn take_all_then_block<P: PermitPool>(a: &P, b: &P) {
     assert_eq!(ok("available", b.available()), 0);
     let timeout = Duration::from_millis(150);
     let t = Instant::now();
-    assert!(
-        !ok("take_timeout", b.take_timeout(timeout)),
-        "S1: took more than max"
+    refused(
+        "take_timeout",
+        b.take_timeout(timeout),
+        "S1: took more than max",
     );
     assert!(
         t.elapsed() + SLACK >= timeout,
@@ -321,20 +327,15 @@ fn never_above_max<P: PermitPool + Sync>(handles: &[P], rounds: u32) {
     let max = handles[0].max();
     let inside = AtomicU32::new(0);
     let peak = AtomicU32::new(0);
-    std::thread::scope(|s| {
-        for h in handles {
-            let (inside, peak) = (&inside, &peak);
-            s.spawn(move || {
-                for _ in 0..rounds {
-                    assert!(ok("take", h.take_timeout(PROMPT * 4)), "take timed out");
-                    let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                    assert!(n <= max, "S1: {n} permits out of {max}");
-                    peak.fetch_max(n, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(1));
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    assert!(ok("give", h.give()), "give of a taken permit refused");
-                }
-            });
+    on_each(handles, |h| {
+        for _ in 0..rounds {
+            assert!(ok("take", h.take_timeout(PROMPT * 4)), "take timed out");
+            let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(n <= max, "S1: {n} permits out of {max}");
+            peak.fetch_max(n, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(1));
+            inside.fetch_sub(1, Ordering::SeqCst);
+            assert!(ok("give", h.give()), "give of a taken permit refused");
         }
     });
     assert!(peak.load(Ordering::SeqCst) <= max);
