@@ -106,7 +106,8 @@ impl<B: ElectionBackend> Core<B> {
 }
 
 /// A won term. Call [`renew`](Self::renew) from the work loop at least once per lease
-/// duration; pass [`token`](Self::token) with every write to a [`FencedResource`].
+/// duration; pass [`token`](Self::token) with every write to a
+/// [`FencedResource`](crate::FencedResource).
 /// Dropping it resigns if the config says `release_on_cancel`.
 #[must_use = "leadership ends (or runs out) when dropped"]
 pub struct Leadership<B: ElectionBackend> {

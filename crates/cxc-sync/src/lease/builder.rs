@@ -6,7 +6,7 @@ use std::time::Duration;
 use cxc_mmf::Origin;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::claim::{LeaseError, LeaseOptions, Preemption};
+use super::claim::{DEFAULT_GRACE_EPOCHS, GuardSettings, LeaseError, LeaseOptions, Preemption};
 use super::file::OwnerLease;
 use crate::epoch::EpochMode;
 
@@ -14,28 +14,6 @@ use crate::epoch::EpochMode;
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(1);
 /// Default epoch tick of a builder-made file.
 pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
-/// Grace, in epochs, of the guards of a handle made by the seed constructors (or of a
-/// file with manual epochs, unless [`LeaseBuilder::grace_epochs`] says otherwise).
-pub const DEFAULT_GRACE_EPOCHS: u64 = 3;
-
-/// How a handle's guards claim: the grace in epochs after which a holder whose heartbeat
-/// stopped is replaced, and the pid their identity slot names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GuardSettings {
-    pub(crate) grace: u64,
-    /// 0: this process's own pid.
-    pub(crate) pid: u32,
-}
-
-impl GuardSettings {
-    pub(crate) fn for_mode(_epoch: EpochMode) -> Self {
-        GuardSettings {
-            grace: DEFAULT_GRACE_EPOCHS,
-            pid: 0,
-        }
-    }
-}
-
 /// Builds an [`OwnerLease`] with its settings fixed once: the grace (a `Duration`), the
 /// preemption policy, the epoch source, the file mode, and the identity its guards claim
 /// as.

@@ -131,3 +131,26 @@ pub enum LeaseError {
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }
+
+/// Grace, in epochs, of the guards of a handle made by the seed constructors (or of a
+/// file with manual epochs, unless [`LeaseBuilder::grace_epochs`](super::LeaseBuilder::grace_epochs)
+/// says otherwise).
+pub const DEFAULT_GRACE_EPOCHS: u64 = 3;
+
+/// How a handle's guards claim: the grace in epochs after which a holder whose heartbeat
+/// stopped is replaced, and the pid their identity slot names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GuardSettings {
+    pub(crate) grace: u64,
+    /// 0: this process's own pid.
+    pub(crate) pid: u32,
+}
+
+impl GuardSettings {
+    pub(crate) fn for_mode(_epoch: EpochMode) -> Self {
+        GuardSettings {
+            grace: DEFAULT_GRACE_EPOCHS,
+            pid: 0,
+        }
+    }
+}

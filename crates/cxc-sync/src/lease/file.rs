@@ -10,7 +10,7 @@ use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, Typ
 use cxc_sidecar::OpCode;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::claim::{LeaseError, LeaseOptions, Preemption};
+use super::claim::{GuardSettings, LeaseError, LeaseOptions, Preemption};
 use super::ident::pid_word;
 use super::os::Identity;
 use super::state::{
@@ -88,7 +88,7 @@ pub struct OwnerLease<T> {
     /// unpinned on drop (a forked child's copy pinned nothing).
     pub(super) pinned: std::sync::Mutex<(u32, u64)>,
     /// Guards' settings: the grace in epochs and the pid their slot names.
-    pub(super) guard: super::builder::GuardSettings,
+    pub(super) guard: GuardSettings,
     pub(super) _payload: PhantomData<fn() -> T>,
 }
 
@@ -301,7 +301,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             cache: std::array::from_fn(|_| AtomicU64::new(0)),
             hot: AtomicU64::new(0),
             pinned: std::sync::Mutex::new((0, 0)),
-            guard: super::builder::GuardSettings::for_mode(epoch),
+            guard: GuardSettings::for_mode(epoch),
             _payload: PhantomData,
         }
     }

@@ -11,7 +11,7 @@ mod state;
 mod word;
 mod write;
 
-pub use claim::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+pub use claim::{DEFAULT_GRACE_EPOCHS, LeaseClaim, LeaseError, LeaseOptions, Preemption};
 pub use state::{PAYLOAD_BYTES, counter};
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
@@ -34,7 +34,7 @@ mod status;
 #[cfg(not(cxc_loom))]
 mod watch;
 #[cfg(not(cxc_loom))]
-pub use builder::{DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, LeaseBuilder};
+pub use builder::{DEFAULT_GRACE, DEFAULT_TICK, LeaseBuilder};
 #[cfg(not(cxc_loom))]
 pub use file::OwnerLease;
 #[cfg(not(cxc_loom))]

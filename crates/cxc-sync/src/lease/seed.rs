@@ -28,7 +28,7 @@ impl Drop for AbortOnUnwind<'_> {
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Seed API: claims the lease for `my_pid` if it is vacant, held by a higher pid
-    /// (with [`Preemption::LowerPid`]), stale by more than `grace` epochs, or held by a
+    /// (with [`Preemption::LowerPid`](crate::Preemption::LowerPid)), stale by more than `grace` epochs, or held by a
     /// process that no longer exists. Idempotent for the current holder (the same `pid`
     /// claimed through this process). PID 0 is refused, and so is a claim when the
     /// file's identity table has no free slot (64 slots; one per process and pid).

@@ -4,9 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use cxc_mmf::identity::{Identity, Liveness, liveness};
-
 use super::handle::{Abandoned, SeqLock};
+use super::lane::judge_slot;
 use super::state::{SeqState, Verdict, counter};
 
 impl<T> SeqLock<T> {
@@ -74,16 +73,4 @@ impl<T> SeqLock<T> {
 /// reclaimed, `SeqState::claim_died`).
 fn died(c: u64) -> Option<Abandoned> {
     SeqState::claim_died(c).then_some(Abandoned::Died)
-}
-
-/// The OS's verdict on the process that reserved slot `i`: `Dead` only if proven (a slot
-/// freed or re-reserved since counts as its holder gone only when freed).
-pub(super) fn judge_slot(st: &SeqState, i: usize) -> Verdict {
-    match st.slot_ident(i) {
-        None => Verdict::Dead,
-        Some(w) => match liveness(&Identity::from_words(w)) {
-            Liveness::Dead => Verdict::Dead,
-            Liveness::Alive | Liveness::Unknown => Verdict::Alive,
-        },
-    }
 }

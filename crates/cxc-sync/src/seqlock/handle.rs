@@ -9,7 +9,7 @@ use cxc_mmf::identity::{Identity, current_pid};
 use cxc_mmf::{Mapped, MmfError};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::lane::{LANES, Lane, SHARED_LANE, thread_lane};
+use super::lane::{LANES, Lane, SHARED_LANE, judge_slot, thread_lane};
 use super::state::{PAYLOAD_WORDS, SLOTS, SeqState, counter};
 
 /// Maximum payload size in bytes.
@@ -438,7 +438,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
         let ident = Identity::current().to_words();
         let slot = self
             .state()
-            .reserve(ident, super::claim::judge_slot)
+            .reserve(ident, judge_slot)
             .ok_or(WriteError::NoWriterSlot)?;
         lane.bind(slot);
         Ok((lane, slot, guard))

@@ -8,7 +8,9 @@ use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use cxc_mmf::identity::current_pid;
+use cxc_mmf::identity::{Identity, Liveness, current_pid, liveness};
+
+use super::state::{SeqState, Verdict};
 
 /// Writer lanes per handle (thread indices); threads beyond them share one more lane
 /// under a mutex.
@@ -137,6 +139,18 @@ impl Lane {
     #[inline(always)]
     pub(crate) fn set_seen(&self, p: u64) {
         self.seen.store(p | SEEN_KNOWN, Ordering::Relaxed);
+    }
+}
+
+/// The OS's verdict on the process that reserved slot `i`: `Dead` only if proven (a slot
+/// freed or re-reserved since counts as its holder gone only when freed).
+pub(crate) fn judge_slot(st: &SeqState, i: usize) -> Verdict {
+    match st.slot_ident(i) {
+        None => Verdict::Dead,
+        Some(w) => match liveness(&Identity::from_words(w)) {
+            Liveness::Dead => Verdict::Dead,
+            Liveness::Alive | Liveness::Unknown => Verdict::Alive,
+        },
     }
 }
 
