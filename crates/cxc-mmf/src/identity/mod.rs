@@ -53,13 +53,14 @@
 mod cache;
 mod pidfd;
 mod procfs;
+mod watch;
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use rustix::io::Errno;
 
-pub use pidfd::PidWatch;
 pub use procfs::{ProcStatus, parse_stat, proc_status};
+pub use watch::PidWatch;
 
 /// Set in [`Identity::unique`] when it holds a start time (fallback path) rather than a
 /// pidfs inode.
@@ -260,7 +261,7 @@ fn liveness_fallback(id: &Identity, proc_ours: bool) -> Liveness {
         Some((ProcStatus::Live { .. }, _)) => Liveness::Alive,
         // The main thread exited: alive as long as any thread runs.
         Some(_) => match pidfd::open(id.pid) {
-            Ok(fd) if pidfd::verify(&fd, id) => {
+            Ok(fd) if watch::verify(&fd, id) => {
                 match pidfd::exited(std::os::fd::AsFd::as_fd(&fd)) {
                     Some(true) => Liveness::Dead,
                     Some(false) => Liveness::Alive,
