@@ -4,11 +4,10 @@
 //! reclaimed.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use cxc::{SemaphoreOptions, SharedSemaphore};
 
-use crate::supervise::{self, Ended, Parent, Signals, Waiting};
+use crate::supervise::{self, Parent, Signals, Waiting};
 use crate::{CliError, files};
 
 /// Arguments of `cxc sem run`.
@@ -48,25 +47,16 @@ fn keep(args: SemRun, parent: &Parent) -> Result<u8, CliError> {
     let (sem, _) = SharedSemaphore::create_or_open(&path, args.permits, args.permits, &opts)
         .map_err(|e| files::error(&args.path, &e))?;
     let what = format!("a permit of {}", args.path.display());
-    let permit = args.waiting.acquire(&what, parent, &signals, |t| {
-        if t.is_zero() {
-            sem.try_acquire()
-        } else {
-            sem.acquire_timeout(t)
-        }
-    })?;
-    let env = [("CXC_SEM_PATH", args.path.clone().into_os_string())];
-    let running = supervise::spawn(&args.waiting.argv(), &env)?;
-    let ended = supervise::supervise(
-        running,
+    let permit = args.waiting.acquire(
+        &what,
         parent,
         &signals,
-        Duration::from_secs(1),
-        &mut || true,
-    );
+        || sem.try_acquire(),
+        |t| sem.acquire_timeout(t),
+    )?;
+    let env = [("CXC_SEM_PATH", args.path.clone().into_os_string())];
+    let keeper = args.waiting.keeper(parent, &signals);
+    let code = keeper.run_shared(&what, None, &env);
     drop(permit);
-    match ended {
-        Ended::Exited(code) => Ok(code),
-        Ended::WrapperDied | Ended::Lost => Ok(crate::EXIT_LEASE_LOST),
-    }
+    code
 }
