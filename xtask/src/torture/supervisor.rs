@@ -451,31 +451,21 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     if has(Role::Rwlock) {
         rwlock::setup(&dir, opts.procs)?;
     }
-    let mut lease_mon = if has(Role::Lease) {
-        Some(lease::Monitor::open(&dir)?)
-    } else {
-        None
-    };
-    let mut watch = if has(Role::Heartbeat) {
-        Some(heartbeat::Watch::open(&dir)?)
-    } else {
-        None
-    };
-    let mut sem_mon = if has(Role::Semaphore) {
-        Some(semaphore::Monitor::open(&dir)?)
-    } else {
-        None
-    };
-    let mut cell_mon = if has(Role::Cell) {
-        Some(cell::Monitor::open(&dir)?)
-    } else {
-        None
-    };
-    let mut rw_mon = if has(Role::Rwlock) {
-        Some(rwlock::Monitor::open(&dir)?)
-    } else {
-        None
-    };
+    let mut lease_mon = has(Role::Lease)
+        .then(|| lease::Monitor::open(&dir))
+        .transpose()?;
+    let mut watch = has(Role::Heartbeat)
+        .then(|| heartbeat::Watch::open(&dir))
+        .transpose()?;
+    let mut sem_mon = has(Role::Semaphore)
+        .then(|| semaphore::Monitor::open(&dir))
+        .transpose()?;
+    let mut cell_mon = has(Role::Cell)
+        .then(|| cell::Monitor::open(&dir))
+        .transpose()?;
+    let mut rw_mon = has(Role::Rwlock)
+        .then(|| rwlock::Monitor::open(&dir))
+        .transpose()?;
 
     let mut sup = Supervisor {
         rng: Rng::derive(opts.seed, 0, 0, 0),
@@ -556,29 +546,20 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     );
     sup.stop_all();
 
-    let lease_report = match has(Role::Lease) {
-        true => {
+    let ctx = &sup.ctx;
+    let lease_report = lease_mon
+        .map(|_| {
             let c = sup.chaos.get(&Role::Lease).copied().unwrap_or_default();
-            Some(lease::final_check(&sup.ctx, c.kills + c.crashes + c.hung)?)
-        }
-        false => None,
-    };
-    let hb_report = match watch.as_mut() {
-        Some(w) => Some(w.finish(&sup.ctx)?),
-        None => None,
-    };
-    let sem_report = match sem_mon.as_mut() {
-        Some(m) => Some(m.final_check(&sup.ctx)?),
-        None => None,
-    };
-    let cell_report = match cell_mon.as_mut() {
-        Some(m) => Some(m.final_check(&sup.ctx)?),
-        None => None,
-    };
-    let rw_report = match rw_mon.as_mut() {
-        Some(m) => Some((m.final_check(&sup.ctx, sup.opts.procs)?, m.figures())),
-        None => None,
-    };
+            lease::final_check(ctx, c.kills + c.crashes + c.hung)
+        })
+        .transpose()?;
+    let hb_report = watch.as_mut().map(|w| w.finish(ctx)).transpose()?;
+    let sem_report = sem_mon.as_mut().map(|m| m.final_check(ctx)).transpose()?;
+    let cell_report = cell_mon.as_mut().map(|m| m.final_check(ctx)).transpose()?;
+    let rw_report = rw_mon
+        .as_mut()
+        .map(|m| Ok::<_, String>((m.final_check(ctx, sup.opts.procs)?, m.figures())))
+        .transpose()?;
     let reports = Reports {
         lease: lease_report,
         hb: hb_report,
