@@ -26,7 +26,7 @@ use cxc::{
     heartbeat_counter,
 };
 
-use super::control::{Ctx, stat};
+use super::control::{Ctx, Stat};
 use super::shm::Words;
 use cxc_testkit::Rng;
 
@@ -166,7 +166,7 @@ impl<'a> Units<'a> {
                 .compare_exchange(FREE, taken, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                self.ctx.bump(stat::H_TAKEN, 1);
+                self.ctx.bump(Stat::HbTaken, 1);
                 let us = match self.rng.below(100) {
                     0..70 => self.rng.range(50, 1_000),
                     70..97 => self.rng.range(1_000, 5_000),
@@ -178,7 +178,7 @@ impl<'a> Units<'a> {
                     due: Instant::now() + Duration::from_micros(us),
                 });
             }
-            self.ctx.bump(stat::H_TAKE_RACE, 1);
+            self.ctx.bump(Stat::HbTakeRace, 1);
             if !self.table.clear_in_flight(slot, bit) {
                 return Take::Fenced;
             }
@@ -206,12 +206,12 @@ impl<'a> Units<'a> {
                     ),
                 );
             }
-            self.ctx.bump(stat::H_REJECTED, 1);
+            self.ctx.bump(Stat::HbRejected, 1);
             return false;
         }
         let before = self.table.snapshot(slot);
         if !self.table.clear_in_flight(slot, h.bit) {
-            self.ctx.bump(stat::H_REJECTED, 1);
+            self.ctx.bump(Stat::HbRejected, 1);
             return false;
         }
         if before.is_some_and(|s| s.generation == generation && s.fenced) {
@@ -237,7 +237,7 @@ impl<'a> Units<'a> {
                 ),
             );
         }
-        self.ctx.bump(stat::H_DONE, 1);
+        self.ctx.bump(Stat::HbDone, 1);
         true
     }
 }
@@ -295,22 +295,22 @@ pub(crate) fn worker(ctx: &Ctx, rng: Rng) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(2));
             continue;
         };
-        ctx.bump(stat::H_REGISTER, 1);
+        ctx.bump(Stat::HbRegister, 1);
         let want = u.rng.range(1, 5) as usize;
         let mut held: Vec<Held> = Vec::new();
         loop {
-            ctx.bump(stat::H_OPS, 1);
+            ctx.bump(Stat::HbOps, 1);
             // Half of the rounds finish due work before beating, as a worker that was
             // stopped mid-unit would: the fence must hold at `clear_in_flight` itself.
             let complete_first = u.rng.percent(50);
             if complete_first && !complete_due(&u, slot, generation, &mut held, false) {
-                ctx.bump(stat::H_FENCED, 1);
+                ctx.bump(Stat::HbFenced, 1);
                 continue 'register;
             }
             let before = table.snapshot(slot);
             if !table.beat(slot) {
                 // Declared dead (fenced): the watchdog reclaims what we held.
-                ctx.bump(stat::H_FENCED, 1);
+                ctx.bump(Stat::HbFenced, 1);
                 continue 'register;
             }
             if before.is_some_and(|s| s.pid == me && s.generation == generation && s.fenced) {
@@ -331,13 +331,13 @@ pub(crate) fn worker(ctx: &Ctx, rng: Rng) -> Result<(), String> {
                     Take::Got(h) => held.push(h),
                     Take::NoWork => {}
                     Take::Fenced => {
-                        ctx.bump(stat::H_FENCED, 1);
+                        ctx.bump(Stat::HbFenced, 1);
                         continue 'register;
                     }
                 }
             }
             if !complete_first && !complete_due(&u, slot, generation, &mut held, stopping) {
-                ctx.bump(stat::H_FENCED, 1);
+                ctx.bump(Stat::HbFenced, 1);
                 continue 'register;
             }
             std::thread::sleep(Duration::from_micros(u.rng.range(50, 500)));

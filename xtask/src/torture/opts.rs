@@ -3,8 +3,17 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use clap::ValueEnum;
+
+/// The name `value` has on the command line.
+fn spelling(value: &impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned())
+}
+
 /// The primitive a worker exercises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub(crate) enum Role {
     Lease,
     Heartbeat,
@@ -14,29 +23,13 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    pub(crate) const ALL: [Role; 5] = [
-        Role::Lease,
-        Role::Heartbeat,
-        Role::Semaphore,
-        Role::Cell,
-        Role::Rwlock,
-    ];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Role::Lease => "lease",
-            Role::Heartbeat => "heartbeat",
-            Role::Semaphore => "semaphore",
-            Role::Cell => "cell",
-            Role::Rwlock => "rwlock",
-        }
+    /// Every primitive, in order.
+    pub(crate) fn all() -> &'static [Role] {
+        Role::value_variants()
     }
 
-    pub(crate) fn parse(s: &str) -> Result<Role, String> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.name() == s)
-            .ok_or_else(|| format!("unknown primitive {s:?}"))
+    pub(crate) fn name(self) -> String {
+        spelling(&self)
     }
 
     pub(crate) fn code(self) -> u64 {
@@ -51,50 +44,40 @@ struct RoleSet(Vec<Role>);
 impl RoleSet {
     fn parse(s: &str) -> Result<RoleSet, String> {
         match s {
-            "all" => Ok(RoleSet(Role::ALL.to_vec())),
-            s => Ok(RoleSet(vec![Role::parse(s)?])),
+            "all" => Ok(RoleSet(Role::all().to_vec())),
+            s => Ok(RoleSet(vec![
+                Role::from_str(s, false).map_err(|_| format!("unknown primitive {s:?}"))?,
+            ])),
         }
     }
 }
 
 /// How a lease worker process runs its workers (chosen by the supervisor for each
 /// spawned process, so restarts change it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub(crate) enum LeaseMode {
     /// One worker loop on the main thread.
     Plain,
     /// The worker loop runs on a spawned thread and the main thread exits: the process
     /// is half-exited (`/proc/PID/stat` says `Z`) but alive, and must be treated so.
+    #[value(name = "half-exited")]
     Half,
     /// Several sibling threads, each claiming under its own pid number, that release each
     /// other's claims by pid at random (in the middle of writes).
     Siblings,
     /// Both: sibling threads in a process whose main thread exited.
+    #[value(name = "half-exited+siblings")]
     HalfSiblings,
 }
 
 impl LeaseMode {
-    pub(crate) const ALL: [LeaseMode; 4] = [
-        LeaseMode::Plain,
-        LeaseMode::Half,
-        LeaseMode::Siblings,
-        LeaseMode::HalfSiblings,
-    ];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            LeaseMode::Plain => "plain",
-            LeaseMode::Half => "half-exited",
-            LeaseMode::Siblings => "siblings",
-            LeaseMode::HalfSiblings => "half-exited+siblings",
-        }
+    /// Every mode.
+    pub(crate) fn all() -> &'static [LeaseMode] {
+        LeaseMode::value_variants()
     }
 
-    pub(crate) fn parse(s: &str) -> Result<LeaseMode, String> {
-        LeaseMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown lease mode {s:?}"))
+    pub(crate) fn name(self) -> String {
+        spelling(&self)
     }
 
     /// Whether the main thread exits while the workers run.
@@ -152,7 +135,7 @@ pub(crate) struct Options {
 /// Options of one worker process (`xtask torture-worker`, hidden).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct WorkerOptions {
-    #[arg(long, value_parser = Role::parse)]
+    #[arg(long, value_enum)]
     pub(crate) role: Role,
     #[arg(long)]
     pub(crate) dir: PathBuf,
@@ -166,7 +149,7 @@ pub(crate) struct WorkerOptions {
     #[arg(long)]
     pub(crate) open_only: bool,
     /// How a lease worker runs (ignored by the other roles).
-    #[arg(long, default_value = "plain", value_parser = LeaseMode::parse)]
+    #[arg(long, value_enum, default_value = "plain")]
     pub(crate) lease_mode: LeaseMode,
 }
 
@@ -174,7 +157,7 @@ impl From<Args> for Options {
     fn from(a: Args) -> Options {
         let mut roles: Vec<Role> = a.primitives.into_iter().flat_map(|s| s.0).collect();
         if roles.is_empty() {
-            roles.extend(Role::ALL);
+            roles.extend(Role::all());
         }
         roles.sort();
         roles.dedup();
@@ -207,10 +190,10 @@ impl Options {
             "--seed".into(),
             format!("{:#x}", self.seed),
         ];
-        if self.roles.len() != Role::ALL.len() {
+        if self.roles.len() != Role::all().len() {
             for r in &self.roles {
                 v.push("--primitive".into());
-                v.push(r.name().into());
+                v.push(r.name());
             }
         }
         if let Some(d) = &self.dir {
@@ -231,7 +214,7 @@ impl WorkerOptions {
     pub(crate) fn to_args(&self) -> Vec<String> {
         let mut v: Vec<String> = vec![
             "--role".into(),
-            self.role.name().into(),
+            self.role.name(),
             "--dir".into(),
             self.dir.display().to_string(),
             "--seed".into(),
@@ -241,7 +224,7 @@ impl WorkerOptions {
             "--inc".into(),
             self.inc.to_string(),
             "--lease-mode".into(),
-            self.lease_mode.name().into(),
+            self.lease_mode.name(),
         ];
         if self.open_only {
             v.push("--open-only".into());
