@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cxc::{EpochMode, LeaseGuard, OwnerLease};
+use cxc::{EpochMode, OwnerLease};
 
-use crate::supervise::{self, ExclusiveHold, Parent, Signals, Waiting};
+use crate::supervise::{self, Keeper, Waiting};
 use crate::{CliError, duration, files};
 
 /// Arguments of `cxc lease run`.
@@ -29,14 +29,10 @@ pub(crate) struct LeaseRun {
 }
 
 pub(crate) fn run(args: LeaseRun) -> Result<u8, CliError> {
-    match Parent::from_env()? {
-        None => supervise::wrap(),
-        Some(parent) => keep(args, &parent),
-    }
+    supervise::run(|parent, signals| keep(&args, &args.waiting.keeper(parent, signals)))
 }
 
-fn keep(args: LeaseRun, parent: &Parent) -> Result<u8, CliError> {
-    let signals = Signals::install()?;
+fn keep(args: &LeaseRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let path = &files::follow(&args.path);
     let builder = OwnerLease::builder(path).epoch(EpochMode::Clock { tick: args.tick });
     let builder = match args.kill_after {
@@ -47,39 +43,11 @@ fn keep(args: LeaseRun, parent: &Parent) -> Result<u8, CliError> {
         .create_or_open::<u64>(0)
         .map_err(|e| files::error(&args.path, &e))?;
     let what = format!("lease {}", path.display());
-    let guard = args.waiting.acquire(
-        &what,
-        parent,
-        &signals,
-        || lease.try_lock(),
-        |t| lease.lock_timeout(t),
-    )?;
+    let guard = keeper.acquire(&what, || lease.try_lock(), |t| lease.lock_timeout(t))?;
     let env = [("CXC_LEASE_PATH", path.clone().into_os_string())];
     let period = args
         .kill_after
         .map_or(Duration::from_millis(100), |d| d / 4)
         .clamp(Duration::from_millis(1), Duration::from_millis(100));
-    let keeper = args.waiting.keeper(parent, &signals);
-    keeper.run_exclusive(&what, &Held(&guard), &env, period, "superseded")
-}
-
-/// The claim `lease run` holds.
-struct Held<'a>(&'a LeaseGuard<'a, u64>);
-
-impl ExclusiveHold for Held<'_> {
-    fn payload(&self) -> Option<u64> {
-        self.0.read().ok()
-    }
-
-    fn set_payload(&self, v: u64) {
-        let _ = self.0.write(v);
-    }
-
-    fn renew(&self) -> bool {
-        self.0.beat().is_ok() && self.0.is_current()
-    }
-
-    fn token(&self) -> u64 {
-        self.0.token()
-    }
+    keeper.run_exclusive(&what, &guard, &env, period, "superseded")
 }

@@ -12,9 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cxc::{RwLockError, RwLockOptions, SharedRwLock, WriteGuard};
+use cxc::{RwLockError, RwLockOptions, SharedRwLock};
 
-use crate::supervise::{self, ExclusiveHold, Parent, Signals, Waiting};
+use crate::supervise::{self, Keeper, Waiting};
 use crate::{CliError, duration, files};
 
 /// The payload `cxc create rwlock` and `rwlock run` use.
@@ -113,14 +113,10 @@ pub(crate) fn create(args: CreateRwLock) -> Result<(), CliError> {
 
 /// `cxc rwlock run`.
 pub(crate) fn run(args: RwLockRun) -> Result<u8, CliError> {
-    match Parent::from_env()? {
-        None => supervise::wrap(),
-        Some(parent) => keep(args, &parent),
-    }
+    supervise::run(|parent, signals| keep(&args, &args.waiting.keeper(parent, signals)))
 }
 
-fn keep(args: RwLockRun, parent: &Parent) -> Result<u8, CliError> {
-    let signals = Signals::install()?;
+fn keep(args: &RwLockRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let path = &files::follow(&args.path);
     let opts = RwLockOptions::default()
         .holders(args.holders)
@@ -128,50 +124,16 @@ fn keep(args: RwLockRun, parent: &Parent) -> Result<u8, CliError> {
     let (lock, _) = SharedRwLock::<Payload>::create_or_open(path, 0, &opts)
         .map_err(|e| rw_error(&args.path, &e))?;
     let env = [("CXC_RWLOCK_PATH", path.clone().into_os_string())];
-    let keeper = args.waiting.keeper(parent, &signals);
     if args.shared {
         let what = format!("a read lock of {}", path.display());
-        let guard = args.waiting.acquire(
-            &what,
-            parent,
-            &signals,
-            || lock.try_read(),
-            |t| lock.read_timeout(t),
-        )?;
+        let guard = keeper.acquire(&what, || lock.try_read(), |t| lock.read_timeout(t))?;
         let code = keeper.run_shared(&what, Some(guard.get()), &env);
         drop(guard);
         return code;
     }
     let what = format!("the write lock of {}", path.display());
-    let guard = args.waiting.acquire(
-        &what,
-        parent,
-        &signals,
-        || lock.try_write(),
-        |t| lock.write_timeout(t),
-    )?;
+    let guard = keeper.acquire(&what, || lock.try_write(), |t| lock.write_timeout(t))?;
     let period = (lock.grace() / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
     let lost = "evicted: this run made no progress for the grace";
-    keeper.run_exclusive(&what, &Held(&guard), &env, period, lost)
-}
-
-/// The write lock an exclusive `rwlock run` holds.
-struct Held<'a>(&'a WriteGuard<'a, Payload>);
-
-impl ExclusiveHold for Held<'_> {
-    fn payload(&self) -> Option<u64> {
-        self.0.read().ok()
-    }
-
-    fn set_payload(&self, v: u64) {
-        let _ = self.0.write(v);
-    }
-
-    fn renew(&self) -> bool {
-        self.0.beat().is_ok()
-    }
-
-    fn token(&self) -> u64 {
-        self.0.token()
-    }
+    keeper.run_exclusive(&what, &guard, &env, period, lost)
 }

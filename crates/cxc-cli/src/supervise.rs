@@ -30,7 +30,7 @@ use crate::{CliError, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND};
 mod held;
 mod waiting;
 
-pub(crate) use held::{ExclusiveHold, Keeper};
+pub(crate) use held::Keeper;
 pub(crate) use waiting::Waiting;
 
 /// The exit codes of `lease run` and `sem run`, as `--help` shows them.
@@ -140,6 +140,17 @@ pub(crate) fn exit_code(status: std::process::ExitStatus) -> u8 {
         (Some(c), _) => (c & 0xff) as u8,
         (None, Some(sig)) => (128 + sig).min(255) as u8,
         _ => 1,
+    }
+}
+
+/// The entry point of a command run by a keeper: in the wrapper, re-runs this process as
+/// the keeper ([`wrap`]); in the keeper, installs the signal handlers and calls `keep`.
+pub(crate) fn run(
+    keep: impl FnOnce(&Parent, &Signals) -> Result<u8, CliError>,
+) -> Result<u8, CliError> {
+    match Parent::from_env()? {
+        None => wrap(),
+        Some(parent) => keep(&parent, &Signals::install()?),
     }
 }
 

@@ -11,7 +11,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use super::{Ended, Parent, Signals, group_alive, spawn, supervise, terminate_group};
+use super::{Ended, Parent, Signals, Waiting, group_alive, spawn, supervise, terminate_group};
 use crate::{CliError, EXIT_LEASE_LOST};
 
 /// The run record an exclusive run keeps in its claim's `u64` payload.
@@ -64,15 +64,25 @@ fn end_orphan(what: &str, recorded: Option<u32>) {
     }
 }
 
-/// A keeper about to run its command on a claim it holds.
+/// A keeper: it waits for its claim, then runs its command on it.
 pub(crate) struct Keeper<'a> {
+    pub(crate) waiting: &'a Waiting,
     pub(crate) parent: &'a Parent,
     pub(crate) signals: &'a Signals,
-    /// The command line.
-    pub(crate) argv: Vec<OsString>,
 }
 
 impl Keeper<'_> {
+    /// Takes the claim as the waiting options say (see [`Waiting::acquire`]).
+    pub(crate) fn acquire<T>(
+        &self,
+        what: &str,
+        try_now: impl FnOnce() -> Option<T>,
+        wait_for: impl FnMut(Duration) -> Option<T>,
+    ) -> Result<T, CliError> {
+        self.waiting
+            .acquire(what, self.parent, self.signals, try_now, wait_for)
+    }
+
     /// Runs the command on a shared hold that needs no renewal and returns the exit code
     /// to report; `payload` (if the claim has one) may name an orphaned exclusive group,
     /// which is terminated first. The caller releases the hold after.
@@ -85,7 +95,7 @@ impl Keeper<'_> {
         if let Some(p) = payload {
             end_orphan(what, Record::decode(p).pgid);
         }
-        let running = spawn(&self.argv, env)?;
+        let running = spawn(&self.waiting.argv(), env)?;
         // Shared holds do not expire: nothing to renew.
         let period = Duration::from_secs(1);
         match supervise(running, self.parent, self.signals, period, &mut || true) {
@@ -109,11 +119,11 @@ impl Keeper<'_> {
         let prev = Record::decode(hold.payload().unwrap_or(0));
         end_orphan(what, prev.pgid);
         let runs = prev.runs + 1;
-        let token = hold.token();
+        let token = hold.fencing_token();
         let mut env = env.to_vec();
         env.push(("CXC_FENCING_TOKEN", token.to_string().into()));
         let record = |pgid| Record { runs, pgid }.encode();
-        let running = match spawn(&self.argv, &env) {
+        let running = match spawn(&self.waiting.argv(), &env) {
             Ok(r) => r,
             Err(e) => {
                 hold.set_payload(record(None));
@@ -151,8 +161,38 @@ pub(crate) trait ExclusiveHold {
     /// Shows progress; `false` once the claim is lost.
     fn renew(&self) -> bool;
     /// The fencing token of the claim.
-    fn token(&self) -> u64;
+    fn fencing_token(&self) -> u64;
 }
+
+/// [`ExclusiveHold`] for a guard with `read`, `write` and `token`, renewed by `$renew`.
+macro_rules! exclusive_hold {
+    ($guard:ty, $renew:expr) => {
+        impl ExclusiveHold for $guard {
+            fn payload(&self) -> Option<u64> {
+                self.read().ok()
+            }
+
+            fn set_payload(&self, v: u64) {
+                let _ = self.write(v);
+            }
+
+            fn renew(&self) -> bool {
+                let renew: fn(&Self) -> bool = $renew;
+                renew(self)
+            }
+
+            fn fencing_token(&self) -> u64 {
+                self.token()
+            }
+        }
+    };
+}
+
+// The lease: a beat, and the claim still current (a takeover after a stop shows here).
+exclusive_hold!(cxc::LeaseGuard<'_, u64>, |g| g.beat().is_ok()
+    && g.is_current());
+// The write lock: a beat (an evicted writer's beat is refused).
+exclusive_hold!(cxc::WriteGuard<'_, u64>, |g| g.beat().is_ok());
 
 #[cfg(test)]
 mod tests {

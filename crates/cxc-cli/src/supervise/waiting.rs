@@ -39,12 +39,12 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
-    /// The keeper that runs this command line.
-    pub(crate) fn keeper<'a>(&self, parent: &'a Parent, signals: &'a Signals) -> Keeper<'a> {
+    /// The keeper that waits and runs the command as these options say.
+    pub(crate) fn keeper<'a>(&'a self, parent: &'a Parent, signals: &'a Signals) -> Keeper<'a> {
         Keeper {
+            waiting: self,
             parent,
             signals,
-            argv: self.argv(),
         }
     }
 
