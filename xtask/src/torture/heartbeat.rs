@@ -46,19 +46,27 @@ const GRACE: u64 = 10;
 /// How far past `low` a worker looks for a requeued unit.
 const WINDOW: u64 = 256;
 
-const FREE: u64 = 0;
-const TAKEN: u64 = 1;
-const COMPLETING: u64 = 2;
-const DONE: u64 = 3;
+/// Where a unit is (the top two bits of its word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Free,
+    Taken,
+    Completing,
+    Done,
+}
 
-fn enc(phase: u64, slot: usize, generation: u64, bit: u8) -> u64 {
-    phase << 62 | (generation & 0x7FFF_FFFF) << 22 | u64::from(bit) << 16 | slot as u64
+/// The word of a free unit (phase `Free`, no holder).
+const FREE: u64 = 0;
+
+fn enc(phase: Phase, slot: usize, generation: u64, bit: u8) -> u64 {
+    (phase as u64) << 62 | (generation & 0x7FFF_FFFF) << 22 | u64::from(bit) << 16 | slot as u64
 }
 
 /// `(phase, slot, generation, bit)`.
-fn dec(w: u64) -> (u64, usize, u64, u8) {
+fn dec(w: u64) -> (Phase, usize, u64, u8) {
+    const PHASES: [Phase; 4] = [Phase::Free, Phase::Taken, Phase::Completing, Phase::Done];
     (
-        w >> 62,
+        PHASES[(w >> 62) as usize],
         (w & 0xFFFF) as usize,
         (w >> 22) & 0x7FFF_FFFF,
         ((w >> 16) & 0x3F) as u8,
@@ -160,7 +168,7 @@ impl<'a> Units<'a> {
             if !self.table.mark_in_flight(slot, bit) {
                 return Take::Fenced;
             }
-            let taken = enc(TAKEN, slot, generation, bit);
+            let taken = enc(Phase::Taken, slot, generation, bit);
             if self
                 .state(u)
                 .compare_exchange(FREE, taken, Ordering::AcqRel, Ordering::Acquire)
@@ -188,8 +196,8 @@ impl<'a> Units<'a> {
 
     /// Completes a held unit; false if the completion was refused (we were fenced).
     fn complete(&self, slot: usize, generation: u64, h: &Held) -> bool {
-        let taken = enc(TAKEN, slot, generation, h.bit);
-        let completing = enc(COMPLETING, slot, generation, h.bit);
+        let taken = enc(Phase::Taken, slot, generation, h.bit);
+        let completing = enc(Phase::Completing, slot, generation, h.bit);
         let state = self.state(h.unit);
         if let Err(v) =
             state.compare_exchange(taken, completing, Ordering::AcqRel, Ordering::Acquire)
@@ -223,7 +231,7 @@ impl<'a> Units<'a> {
                 ),
             );
         }
-        let done = enc(DONE, slot, generation, h.bit);
+        let done = enc(Phase::Done, slot, generation, h.bit);
         if let Err(v) =
             state.compare_exchange(completing, done, Ordering::AcqRel, Ordering::Acquire)
         {
@@ -425,7 +433,8 @@ impl Watch {
     fn requeue(&mut self, ctx: &Ctx, slot: usize, generation: u64, bit: u8) {
         let holds = |w: u64| {
             let (phase, s, g, b) = dec(w);
-            (phase == TAKEN || phase == COMPLETING) && (s, g, b) == (slot, generation, bit)
+            matches!(phase, Phase::Taken | Phase::Completing)
+                && (s, g, b) == (slot, generation, bit)
         };
         let hint = self
             .hints
@@ -438,7 +447,7 @@ impl Watch {
                 let v = w.load(Ordering::Acquire);
                 if holds(v) {
                     found = Some(u);
-                } else if v == enc(DONE, slot, generation, bit) {
+                } else if v == enc(Phase::Done, slot, generation, bit) {
                     ctx.violate(
                         "H2/H3 reclaim",
                         format_args!(
@@ -564,11 +573,11 @@ impl Watch {
             let (phase, slot, generation, bit) =
                 dec(self.units.word(unit as usize).load(Ordering::Acquire));
             let verdict = match phase {
-                DONE => {
+                Phase::Done => {
                     r.done += 1;
                     None
                 }
-                COMPLETING => {
+                Phase::Completing => {
                     let in_flight = self.table.snapshot(slot).is_some_and(|s| {
                         s.generation == generation && s.in_flight_bitmap >> bit & 1 == 1
                     });
@@ -579,8 +588,8 @@ impl Watch {
                         None
                     }
                 }
-                TAKEN => Some("taken but neither completed nor reclaimed (lost)"),
-                _ => Some("never completed"),
+                Phase::Taken => Some("taken but neither completed nor reclaimed (lost)"),
+                Phase::Free => Some("never completed"),
             };
             if let Some(v) = verdict {
                 bad += 1;
