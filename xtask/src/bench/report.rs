@@ -442,21 +442,9 @@ fn throughput_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     );
     for (kind, label) in tput_kinds {
         let id = format!("throughput/{kind}");
-        let r = xrow(data, &id);
-        let q = div(r.map(|r| r.median), tb);
-        let (t, mm) = if kind == "lease" {
-            (Target::Min(1.0).show(""), met(Target::Min(1.0).met(q)))
-        } else {
-            ("—".into(), "—")
-        };
-        let _ = writeln!(
-            md,
-            "| {label} | {} | {} | {} | {t} | {mm} | {} |",
-            r.map_or("—".into(), |r| format!("{:.0}", r.median)),
-            r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
-            ratio(q),
-            samples(data, &id)
-        );
+        let q = div(xmed(data, &id), tb);
+        let target = (kind == "lease").then_some(Target::Min(1.0));
+        throughput_row(md, data, &id, label, q, target);
         if kind == "lease" {
             goals.push(Goal {
                 key: "xproc.throughput".into(),
@@ -470,6 +458,31 @@ fn throughput_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         }
     }
     md.push('\n');
+}
+
+/// One row of a throughput table: median and p99 ops/s of `id`, `q` (its ratio to the
+/// table's baseline), and `target` (if the row has one) with whether `q` meets it.
+fn throughput_row(
+    md: &mut String,
+    data: &Data,
+    id: &str,
+    label: &str,
+    q: Option<f64>,
+    target: Option<Target>,
+) {
+    let r = xrow(data, id);
+    let (t, mm) = match target {
+        Some(t) => (t.show(""), met(t.met(q))),
+        None => ("—".into(), "—"),
+    };
+    let _ = writeln!(
+        md,
+        "| {label} | {} | {} | {} | {t} | {mm} | {} |",
+        r.map_or("—".into(), |r| format!("{:.0}", r.median)),
+        r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
+        ratio(q),
+        samples(data, id)
+    );
 }
 
 /// Read-mostly mix of two processes: SharedRwLock vs a process-shared pthread rwlock.
@@ -500,25 +513,12 @@ fn rw_mix_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         ("pthread_rwlock", "process-shared pthread rwlock"),
     ] {
         let id = format!("rw_mix/{kind}");
-        let r = xrow(data, &id);
-        let ratio_here = div(r.map(|r| r.median), b);
-        let (t, mm) = if kind == "rwlock" {
+        let ratio_here = div(xmed(data, &id), b);
+        let target = (kind == "rwlock").then_some(Target::Min(1.0));
+        if target.is_some() {
             q = ratio_here;
-            (
-                Target::Min(1.0).show(""),
-                met(Target::Min(1.0).met(ratio_here)),
-            )
-        } else {
-            ("—".into(), "—")
-        };
-        let _ = writeln!(
-            md,
-            "| {label} | {} | {} | {} | {t} | {mm} | {} |",
-            r.map_or("—".into(), |r| format!("{:.0}", r.median)),
-            r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
-            ratio(ratio_here),
-            samples(data, &id)
-        );
+        }
+        throughput_row(md, data, &id, label, ratio_here, target);
     }
     md.push('\n');
     goals.push(Goal {
