@@ -914,14 +914,28 @@ fn escape(s: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_with_partial_data() {
-        let mut data = Data {
+    fn no_data(quick: bool) -> Data {
+        Data {
             crit: BTreeMap::new(),
             rows: BTreeMap::new(),
             notes: BTreeMap::new(),
-            quick: true,
-        };
+            quick,
+        }
+    }
+
+    fn machine() -> Machine {
+        Machine {
+            cpus: 2,
+            cpu_model: "test".into(),
+            kernel: "Linux".into(),
+            rustc: "rustc".into(),
+            date: "2026-01-01 00:00 UTC".into(),
+        }
+    }
+
+    #[test]
+    fn renders_with_partial_data() {
+        let mut data = no_data(true);
         data.crit
             .insert("owner_lease/acquire_release/lease".into(), 10.0);
         data.crit
@@ -934,13 +948,7 @@ mod tests {
                 n: 100,
             },
         );
-        let m = Machine {
-            cpus: 2,
-            cpu_model: "test".into(),
-            kernel: "Linux".into(),
-            rustc: "rustc".into(),
-            date: "2026-01-01 00:00 UTC".into(),
-        };
+        let m = machine();
         let r = render(&data, &m);
         assert!(
             r.markdown
@@ -952,12 +960,7 @@ mod tests {
 
     #[test]
     fn renders_the_rwlock_rows_with_their_targets() {
-        let mut data = Data {
-            crit: BTreeMap::new(),
-            rows: BTreeMap::new(),
-            notes: BTreeMap::new(),
-            quick: false,
-        };
+        let mut data = no_data(false);
         for (id, v) in [
             ("shared_rwlock/read_lock_unlock/cxc", 12.0),
             ("shared_rwlock/read_lock_unlock/pthread", 16.0),
@@ -976,13 +979,7 @@ mod tests {
                 },
             );
         }
-        let m = Machine {
-            cpus: 2,
-            cpu_model: "test".into(),
-            kernel: "Linux".into(),
-            rustc: "rustc".into(),
-            date: "2026-01-01 00:00 UTC".into(),
-        };
+        let m = machine();
         let md = render(&data, &m).markdown;
         assert!(md.contains("| read lock + unlock | 12.00 ns | 16.00 ns | 0.75 | — | ≤ 1 | met |"));
         assert!(md.contains(
