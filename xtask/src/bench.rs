@@ -12,7 +12,6 @@
 //! run never overwrites the committed report.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -30,31 +29,22 @@ const QUICK_CRITERION: [&str; 6] = [
     "10",
 ];
 
-struct Opts {
+/// `cargo xtask bench` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Short measurements (well under 5 minutes); writes into `<target>/cxc-bench/`
+    /// unless `--out` says otherwise.
+    #[arg(long)]
     quick: bool,
+    /// Where to write `BENCHMARKS.md` and `benchmarks.svg`.
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    criterion: bool,
-    xbench: bool,
-}
-
-fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts {
-        quick: false,
-        out: None,
-        criterion: true,
-        xbench: true,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => o.quick = true,
-            "--out" => o.out = Some(it.next().ok_or("--out needs a directory")?.into()),
-            "--no-criterion" => o.criterion = false,
-            "--no-xbench" => o.xbench = false,
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(o)
+    /// Skip the criterion benches.
+    #[arg(long)]
+    no_criterion: bool,
+    /// Skip the cross-process harness.
+    #[arg(long)]
+    no_xbench: bool,
 }
 
 fn target_dir() -> PathBuf {
@@ -68,18 +58,8 @@ fn target_dir() -> PathBuf {
 }
 
 /// Entry point.
-pub(crate) fn run(args: &[String]) -> ExitCode {
-    let opts = match parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("xtask bench: {e}");
-            eprintln!(
-                "usage: cargo xtask bench [--quick] [--out DIR] [--no-criterion] [--no-xbench]"
-            );
-            return ExitCode::FAILURE;
-        }
-    };
-    match bench(&opts) {
+pub(crate) fn run(opts: &Args) -> ExitCode {
+    match bench(opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xtask bench: {e}");
@@ -88,11 +68,11 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
     }
 }
 
-fn bench(opts: &Opts) -> Result<(), String> {
+fn bench(opts: &Args) -> Result<(), String> {
     let work = target_dir().join("cxc-bench");
     let crit_home = work.join("criterion");
     let mut medians = BTreeMap::new();
-    if opts.criterion {
+    if !opts.no_criterion {
         let _ = std::fs::remove_dir_all(&crit_home);
         let mut cmd = cargo();
         cmd.current_dir(root())
@@ -108,7 +88,7 @@ fn bench(opts: &Opts) -> Result<(), String> {
     }
     let mut rows = BTreeMap::new();
     let mut notes = BTreeMap::new();
-    if opts.xbench {
+    if !opts.no_xbench {
         let mut cmd = cargo();
         cmd.current_dir(root())
             .args([
@@ -279,28 +259,13 @@ fn machine() -> Machine {
 
 /// The current UTC date and time, `YYYY-MM-DD HH:MM UTC`.
 fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    );
-    s
+    utc_minute(std::time::SystemTime::now())
+}
+
+/// `t` as `YYYY-MM-DD HH:MM UTC` (from RFC 3339's `YYYY-MM-DDTHH:MM:SSZ`).
+fn utc_minute(t: std::time::SystemTime) -> String {
+    let rfc3339 = humantime::format_rfc3339_seconds(t).to_string();
+    format!("{} {} UTC", &rfc3339[..10], &rfc3339[11..16])
 }
 
 #[cfg(test)]
@@ -333,7 +298,10 @@ mod tests {
     }
 
     #[test]
-    fn civil_date_is_plausible() {
+    fn dates_are_utc_minutes() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_072_069);
+        assert_eq!(utc_minute(t), "2026-11-30 20:54 UTC");
+        assert_eq!(utc_minute(std::time::UNIX_EPOCH), "1970-01-01 00:00 UTC");
         let d = utc_now();
         assert!(d.ends_with(" UTC") && d.len() == 20, "{d}");
     }

@@ -21,9 +21,6 @@ pub(crate) const TARGETS: [&str; 4] = ["open_lease", "open_heartbeat", "open_sem
 /// libFuzzer's per-input time limit: a hostile file must not hang a process.
 const INPUT_TIMEOUT_SECS: u32 = 10;
 
-const USAGE: &str = "usage: cargo xtask fuzz [--seconds N] [--target T]... \
-                     (targets: open_lease open_heartbeat open_semaphore inspect)";
-
 /// The rustup `cargo` proxy, so that `+nightly` works (`$CARGO` is a toolchain's own
 /// binary), without the variables the outer cargo set for this xtask.
 fn proxy_cargo() -> Command {
@@ -57,38 +54,25 @@ fn has_cargo_fuzz() -> bool {
     quiet_ok(cmd)
 }
 
-struct Args {
+/// `cargo xtask fuzz` arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Seconds each target runs.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
-    targets: Vec<&'static str>,
+    /// A target to run (repeatable; default: all).
+    #[arg(long = "target", value_name = "T", value_parser = clap::builder::PossibleValuesParser::new(TARGETS))]
+    targets: Vec<String>,
 }
 
-fn parse(args: &[String]) -> Result<Args, String> {
-    let mut seconds = 60;
-    let mut targets = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--seconds" => {
-                let v = it.next().ok_or("--seconds needs a value")?;
-                seconds = v.parse().ok().filter(|&s| s > 0).ok_or_else(|| {
-                    format!("--seconds: expected a positive integer, found {v:?}")
-                })?;
-            }
-            "--target" => {
-                let v = it.next().ok_or("--target needs a value")?;
-                let t = TARGETS
-                    .iter()
-                    .find(|t| **t == v)
-                    .ok_or_else(|| format!("--target: expected one of {TARGETS:?}, found {v:?}"))?;
-                targets.push(*t);
-            }
-            other => return Err(format!("unexpected argument {other:?}")),
-        }
+impl Args {
+    /// The targets to run: those named, or all.
+    fn targets(&self) -> Vec<&'static str> {
+        TARGETS
+            .into_iter()
+            .filter(|t| self.targets.is_empty() || self.targets.iter().any(|n| n == t))
+            .collect()
     }
-    if targets.is_empty() {
-        targets = TARGETS.to_vec();
-    }
-    Ok(Args { seconds, targets })
 }
 
 /// What one target's run ended with.
@@ -103,14 +87,7 @@ struct Outcome {
     artifacts: Vec<PathBuf>,
 }
 
-pub(crate) fn run(args: &[String]) -> ExitCode {
-    let args = match parse(args) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("xtask fuzz: {e}\n{USAGE}");
-            return ExitCode::FAILURE;
-        }
-    };
+pub(crate) fn run(args: &Args) -> ExitCode {
     if !has_nightly() {
         eprintln!(
             "xtask fuzz: SKIPPED: no nightly toolchain (`cargo +nightly --version` failed); \
@@ -147,8 +124,8 @@ pub(crate) fn run(args: &[String]) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let outcomes: Vec<Outcome> = args
-        .targets
-        .iter()
+        .targets()
+        .into_iter()
         .map(|t| run_target(&fuzz_dir, t, args.seconds))
         .collect();
     eprintln!("\nxtask fuzz: summary ({} s per target)", args.seconds);

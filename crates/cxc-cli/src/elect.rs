@@ -77,10 +77,7 @@ pub(crate) fn recorded_pgid(identity: &str) -> Option<u32> {
 }
 
 pub(crate) fn run(args: Elect) -> Result<u8, CliError> {
-    match Parent::from_env()? {
-        None => supervise::wrap(),
-        Some(parent) => keep(args, &parent),
-    }
+    supervise::run(|parent, signals| keep(args, parent, signals))
 }
 
 impl Elect {
@@ -92,8 +89,7 @@ impl Elect {
     }
 }
 
-fn keep(args: Elect, parent: &Parent) -> Result<u8, CliError> {
-    let signals = Signals::install()?;
+fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError> {
     let identity = match &args.identity {
         Some(id) if id.len() > IDENTITY_LIMIT || id.is_empty() || id.contains(PGID_SUFFIX) => {
             return Err(CliError::usage(format!(
@@ -120,7 +116,7 @@ fn keep(args: Elect, parent: &Parent) -> Result<u8, CliError> {
         (args.lease_duration / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
     let what = format!("election {}", args.path.display());
     loop {
-        let (leadership, previous) = campaign(&elector, parent, &signals, &what)?;
+        let (leadership, previous) = campaign(&elector, parent, signals, &what)?;
         let token = leadership.token();
         if let Some((_, pgid)) = previous.filter(|(t, g)| *t < token && *g != own_group)
             && supervise::group_alive(pgid)
@@ -137,7 +133,7 @@ fn keep(args: Elect, parent: &Parent) -> Result<u8, CliError> {
         ];
         let running = supervise::spawn(&args.argv(), &env)?;
         publish(&elector, &leadership, &identity, running.pgid);
-        let ended = supervise::supervise(running, parent, &signals, period, &mut || {
+        let ended = supervise::supervise(running, parent, signals, period, &mut || {
             !matches!(leadership.renew(), Err(ElectionError::Lost { .. }))
         });
         // Resigns (fenced: a newer term is never ended).
@@ -151,7 +147,7 @@ fn keep(args: Elect, parent: &Parent) -> Result<u8, CliError> {
                      back; campaigning again in {:?}",
                     args.restart_delay
                 );
-                if !parent.pause(&signals, args.restart_delay) {
+                if !parent.pause(signals, args.restart_delay) {
                     if parent.is_gone() {
                         return Ok(EXIT_LEASE_LOST);
                     }

@@ -19,55 +19,32 @@ impl FileError for MmfError {
     }
 }
 
-impl FileError for cxc::LeaseError {
-    fn mmf(&self) -> Option<&MmfError> {
-        match self {
-            cxc::LeaseError::File(m) => Some(m),
-            _ => None,
+/// `FileError` for error types whose `File` variant carries the file layer's error.
+macro_rules! file_variant {
+    ($($t:ty),* $(,)?) => {$(
+        impl FileError for $t {
+            fn mmf(&self) -> Option<&MmfError> {
+                match self {
+                    Self::File(m) => Some(m),
+                    _ => None,
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl FileError for cxc::SemaphoreError {
-    fn mmf(&self) -> Option<&MmfError> {
-        match self {
-            cxc::SemaphoreError::File(m) => Some(m),
-            _ => None,
-        }
-    }
-}
-
-impl FileError for cxc::HeartbeatError {
-    fn mmf(&self) -> Option<&MmfError> {
-        match self {
-            cxc::HeartbeatError::File(m) => Some(m),
-            _ => None,
-        }
-    }
-}
+file_variant!(
+    cxc::LeaseError,
+    cxc::SemaphoreError,
+    cxc::HeartbeatError,
+    cxc::SeqLockError,
+    cxc::RwLockError,
+);
 
 impl FileError for cxc::election::MmapElectionError {
     fn mmf(&self) -> Option<&MmfError> {
         match self {
             cxc::election::MmapElectionError::Lease(cxc::LeaseError::File(m)) => Some(m),
-            _ => None,
-        }
-    }
-}
-
-impl FileError for cxc::SeqLockError {
-    fn mmf(&self) -> Option<&MmfError> {
-        match self {
-            cxc::SeqLockError::File(m) => Some(m),
-            _ => None,
-        }
-    }
-}
-
-impl FileError for cxc::RwLockError {
-    fn mmf(&self) -> Option<&MmfError> {
-        match self {
-            cxc::RwLockError::File(m) => Some(m),
             _ => None,
         }
     }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use cxc::{RwLockError, RwLockOptions, SharedRwLock};
 
-use crate::supervise::{self, Ended, Parent, Signals, Waiting};
-use crate::{CliError, EXIT_LEASE_LOST, duration, files};
+use crate::supervise::{self, Keeper, Waiting};
+use crate::{CliError, duration, files};
 
 /// The payload `cxc create rwlock` and `rwlock run` use.
 pub(crate) type Payload = u64;
@@ -94,23 +94,6 @@ fn rw_error(path: &Path, e: &RwLockError) -> CliError {
     }
 }
 
-const TAG: u64 = 0xC5 << 56;
-const TAG_MASK: u64 = 0xFF << 56;
-
-fn record(runs: u64, pgid: u32) -> Payload {
-    TAG | ((runs & 0xFF_FFFF) << 32) | u64::from(pgid)
-}
-
-/// The run counter and the recorded process group (`None`: none, or not written by
-/// `rwlock run`).
-fn decode(v: Payload) -> (u64, Option<u32>) {
-    if v & TAG_MASK == TAG {
-        ((v >> 32) & 0xFF_FFFF, Some(v as u32).filter(|p| *p != 0))
-    } else {
-        (0, None)
-    }
-}
-
 /// `cxc create rwlock`.
 pub(crate) fn create(args: CreateRwLock) -> Result<(), CliError> {
     let opts = RwLockOptions::default()
@@ -130,29 +113,10 @@ pub(crate) fn create(args: CreateRwLock) -> Result<(), CliError> {
 
 /// `cxc rwlock run`.
 pub(crate) fn run(args: RwLockRun) -> Result<u8, CliError> {
-    match Parent::from_env()? {
-        None => supervise::wrap(),
-        Some(parent) => keep(args, &parent),
-    }
+    supervise::run(|parent, signals| keep(&args, &args.waiting.keeper(parent, signals)))
 }
 
-/// Terminates the group `recorded` names if it is not ours and still has live members:
-/// its run's keeper is gone or was evicted, so nothing else will.
-fn end_orphan(what: &str, recorded: Option<u32>) {
-    let own_group = rustix::process::getpgrp().as_raw_pid().unsigned_abs();
-    if let Some(pgid) = recorded.filter(|p| *p != own_group)
-        && supervise::group_alive(pgid)
-    {
-        eprintln!(
-            "cxc: {what}: the previous exclusive command (process group {pgid}) outlived its \
-             lock; terminating it before running"
-        );
-        supervise::terminate_group(pgid);
-    }
-}
-
-fn keep(args: RwLockRun, parent: &Parent) -> Result<u8, CliError> {
-    let signals = Signals::install()?;
+fn keep(args: &RwLockRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let path = &files::follow(&args.path);
     let opts = RwLockOptions::default()
         .holders(args.holders)
@@ -162,83 +126,14 @@ fn keep(args: RwLockRun, parent: &Parent) -> Result<u8, CliError> {
     let env = [("CXC_RWLOCK_PATH", path.clone().into_os_string())];
     if args.shared {
         let what = format!("a read lock of {}", path.display());
-        let guard = args.waiting.acquire(&what, parent, &signals, |t| {
-            if t.is_zero() {
-                lock.try_read()
-            } else {
-                lock.read_timeout(t)
-            }
-        })?;
-        end_orphan(&what, decode(guard.get()).1);
-        let running = supervise::spawn(&args.waiting.argv(), &env)?;
-        // Read holds do not expire: nothing to renew.
-        let ended = supervise::supervise(
-            running,
-            parent,
-            &signals,
-            Duration::from_secs(1),
-            &mut || true,
-        );
+        let guard = keeper.acquire(&what, || lock.try_read(), |t| lock.read_timeout(t))?;
+        let code = keeper.run_shared(&what, Some(guard.get()), &env);
         drop(guard);
-        return match ended {
-            Ended::Exited(code) => Ok(code),
-            Ended::WrapperDied | Ended::Lost => Ok(EXIT_LEASE_LOST),
-        };
+        return code;
     }
     let what = format!("the write lock of {}", path.display());
-    let guard = args.waiting.acquire(&what, parent, &signals, |t| {
-        if t.is_zero() {
-            lock.try_write()
-        } else {
-            lock.write_timeout(t)
-        }
-    })?;
-    let (runs, prev) = decode(guard.read().unwrap_or(0));
-    end_orphan(&what, prev);
-    let runs = runs + 1;
-    let token = guard.token();
-    let mut env = env.to_vec();
-    env.push(("CXC_FENCING_TOKEN", token.to_string().into()));
-    let running = match supervise::spawn(&args.waiting.argv(), &env) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = guard.write(record(runs, 0));
-            return Err(e);
-        }
-    };
-    let _ = guard.write(record(runs, running.pgid));
+    let guard = keeper.acquire(&what, || lock.try_write(), |t| lock.write_timeout(t))?;
     let period = (lock.grace() / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
-    let ended = supervise::supervise(running, parent, &signals, period, &mut || {
-        guard.beat().is_ok()
-    });
-    match ended {
-        Ended::Exited(code) => {
-            let _ = guard.write(record(runs, 0));
-            Ok(code)
-        }
-        Ended::WrapperDied => {
-            let _ = guard.write(record(runs, 0));
-            Ok(EXIT_LEASE_LOST)
-        }
-        Ended::Lost => Err(CliError {
-            code: EXIT_LEASE_LOST,
-            msg: format!(
-                "{what} lost (token {token} evicted: this run made no progress for the grace); \
-                 the command's process group was terminated"
-            ),
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn record_round_trips_and_foreign_payloads_name_no_group() {
-        assert_eq!(decode(record(7, 1234)), (7, Some(1234)));
-        assert_eq!(decode(record(8, 0)), (8, None));
-        assert_eq!(decode(0), (0, None));
-        assert_eq!(decode(1234), (0, None));
-    }
+    let lost = "evicted: this run made no progress for the grace";
+    keeper.run_exclusive(&what, &guard, &env, period, lost)
 }

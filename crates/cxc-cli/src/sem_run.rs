@@ -4,11 +4,10 @@
 //! reclaimed.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use cxc::{SemaphoreOptions, SharedSemaphore};
 
-use crate::supervise::{self, Ended, Parent, Signals, Waiting};
+use crate::supervise::{self, Keeper, Waiting};
 use crate::{CliError, files};
 
 /// Arguments of `cxc sem run`.
@@ -34,39 +33,19 @@ pub(crate) fn default_holders(permits: u32) -> u32 {
 }
 
 pub(crate) fn run(args: SemRun) -> Result<u8, CliError> {
-    match Parent::from_env()? {
-        None => supervise::wrap(),
-        Some(parent) => keep(args, &parent),
-    }
+    supervise::run(|parent, signals| keep(&args, &args.waiting.keeper(parent, signals)))
 }
 
-fn keep(args: SemRun, parent: &Parent) -> Result<u8, CliError> {
-    let signals = Signals::install()?;
+fn keep(args: &SemRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let path = files::follow(&args.path);
     let opts =
         SemaphoreOptions::default().holders(args.holders.unwrap_or(default_holders(args.permits)));
     let (sem, _) = SharedSemaphore::create_or_open(&path, args.permits, args.permits, &opts)
         .map_err(|e| files::error(&args.path, &e))?;
     let what = format!("a permit of {}", args.path.display());
-    let permit = args.waiting.acquire(&what, parent, &signals, |t| {
-        if t.is_zero() {
-            sem.try_acquire()
-        } else {
-            sem.acquire_timeout(t)
-        }
-    })?;
+    let permit = keeper.acquire(&what, || sem.try_acquire(), |t| sem.acquire_timeout(t))?;
     let env = [("CXC_SEM_PATH", args.path.clone().into_os_string())];
-    let running = supervise::spawn(&args.waiting.argv(), &env)?;
-    let ended = supervise::supervise(
-        running,
-        parent,
-        &signals,
-        Duration::from_secs(1),
-        &mut || true,
-    );
+    let code = keeper.run_shared(&what, None, &env);
     drop(permit);
-    match ended {
-        Ended::Exited(code) => Ok(code),
-        Ended::WrapperDied | Ended::Lost => Ok(crate::EXIT_LEASE_LOST),
-    }
+    code
 }

@@ -1,9 +1,10 @@
 //! Renders `BENCHMARKS.md` and `benchmarks.svg` from one run's numbers.
 //!
 //! Which benchmark is compared with which baseline, the seeds' published ratios and the
-//! targets are fixed here; every measured number comes from the run. Explanations for
-//! missed targets come from `benches/notes.md` (a `## <key>` section per target row) and
-//! are printed only for rows that missed in this run.
+//! targets are fixed here (the criterion comparisons in `criterion.tsv`); every measured
+//! number comes from the run. Explanations for missed targets come from `benches/notes.md`
+//! (a `## <key>` section per target row) and are printed only for rows that missed in this
+//! run.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -101,358 +102,57 @@ struct Crit {
     target: Target,
 }
 
-const fn c(
-    key: &'static str,
-    case: &'static str,
-    ours: &'static str,
-    base: &'static str,
-    alt: Option<&'static str>,
-    seed: Option<f64>,
-    target: Target,
-) -> Crit {
-    Crit {
-        key,
-        case,
-        ours,
-        base,
-        alt,
-        seed,
-        target,
+/// The criterion comparisons (see the header of `criterion.tsv`).
+const CRITERION: &str = include_str!("criterion.tsv");
+
+impl Crit {
+    /// One line of `criterion.tsv`: its table and the comparison.
+    fn parse(line: &'static str) -> Result<(&'static str, Crit), String> {
+        let fields: Vec<&'static str> = line.split('\t').collect();
+        let [table, key, case, ours, base, alt, seed, target] = fields[..] else {
+            return Err(format!("expected 8 tab-separated fields in {line:?}"));
+        };
+        let num = |s: &str| {
+            s.trim()
+                .parse::<f64>()
+                .map_err(|e| format!("{s:?} in {line:?}: {e}"))
+        };
+        let seed = match (seed, seed.split_once('/')) {
+            ("-", _) => None,
+            (_, Some((a, b))) => Some(num(a)? / num(b)?),
+            (s, None) => Some(num(s)?),
+        };
+        let target = match (target, target.split_once(' ')) {
+            ("-", _) => Target::None,
+            (_, Some(("max", t))) => Target::Max(num(t)?),
+            (_, Some(("min", t))) => Target::Min(num(t)?),
+            _ => return Err(format!("target {target:?} in {line:?}")),
+        };
+        let alt = (alt != "-").then_some(alt);
+        let c = Crit {
+            key,
+            case,
+            ours,
+            base,
+            alt,
+            seed,
+            target,
+        };
+        Ok((table, c))
     }
 }
 
-// Seed 000: std Mutex lock+unlock was 16.75 ns; beat 2.62 ns, am_i_owner 1.28 ns.
-const OWNER_LEASE: [Crit; 6] = [
-    c(
-        "lease.acquire_release",
-        "acquire_release",
-        "owner_lease/acquire_release/lease",
-        "owner_lease/acquire_release/std_mutex",
-        Some("owner_lease/acquire_release/parking_lot"),
-        Some(1.43),
-        Target::Max(1.0),
-    ),
-    c(
-        "lease.with_lease",
-        "with_lease",
-        "owner_lease/with_lease/lease",
-        "owner_lease/with_lease/std_mutex",
-        Some("owner_lease/with_lease/parking_lot"),
-        Some(2.22),
-        Target::Max(1.5),
-    ),
-    c(
-        "lease.read_as_owner_held",
-        "read_as_owner (held)",
-        "owner_lease/read_as_owner_held/lease",
-        "owner_lease/read_as_owner_held/std_mutex",
-        Some("owner_lease/read_as_owner_held/parking_lot"),
-        Some(0.57),
-        Target::Max(0.15),
-    ),
-    c(
-        "lease.write_as_owner_held",
-        "write_as_owner (held)",
-        "owner_lease/write_as_owner_held/lease",
-        "owner_lease/write_as_owner_held/std_mutex",
-        Some("owner_lease/write_as_owner_held/parking_lot"),
-        Some(0.80),
-        Target::Max(0.80),
-    ),
-    c(
-        "lease.am_i_owner",
-        "am_i_owner (vs lock+unlock)",
-        "owner_lease/am_i_owner/lease",
-        "owner_lease/acquire_release/std_mutex",
-        Some("owner_lease/acquire_release/parking_lot"),
-        Some(1.28 / 16.75),
-        Target::Max(0.10),
-    ),
-    c(
-        "lease.beat",
-        "beat (vs lock+unlock)",
-        "owner_lease/beat/lease",
-        "owner_lease/acquire_release/std_mutex",
-        Some("owner_lease/acquire_release/parking_lot"),
-        Some(2.62 / 16.75),
-        Target::Max(0.20),
-    ),
-];
-
-const HEARTBEAT: [Crit; 4] = [
-    c(
-        "heartbeat.beat",
-        "beat",
-        "heartbeat/beat/heartbeat",
-        "heartbeat/beat/std_mutex",
-        Some("heartbeat/beat/parking_lot"),
-        None,
-        Target::None,
-    ),
-    c(
-        "heartbeat.snapshot",
-        "snapshot",
-        "heartbeat/snapshot/heartbeat",
-        "heartbeat/snapshot/std_mutex",
-        Some("heartbeat/snapshot/parking_lot"),
-        None,
-        Target::None,
-    ),
-    c(
-        "heartbeat.mark_in_flight",
-        "mark_in_flight (mark + clear)",
-        "heartbeat/mark_in_flight/heartbeat",
-        "heartbeat/mark_in_flight/std_mutex",
-        Some("heartbeat/mark_in_flight/parking_lot"),
-        None,
-        Target::None,
-    ),
-    c(
-        "heartbeat.register_unregister",
-        "register + unregister",
-        "heartbeat/register_unregister/heartbeat",
-        "heartbeat/register_unregister/std_mutex",
-        None,
-        None,
-        Target::None,
-    ),
-];
-
-// Seed 002: scan 64 alive 752.76 ns vs Vec<Mutex> 1.05 µs.
-const FAILOVER: [Crit; 4] = [
-    c(
-        "failover.scan_64_alive",
-        "scan 64 alive",
-        "failover/scan_64_alive/watchdog",
-        "failover/scan_64_alive/vec_mutex",
-        None,
-        Some(0.72),
-        Target::Max(0.25),
-    ),
-    c(
-        "failover.scan_64_4dead",
-        "scan 64, 4 dead",
-        "failover/scan_64_4dead/watchdog",
-        "failover/scan_64_4dead/vec_mutex",
-        None,
-        None,
-        Target::None,
-    ),
-    c(
-        "failover.scan_1024_alive",
-        "scan 1024 alive",
-        "failover/scan_1024_alive/watchdog",
-        "failover/scan_1024_alive/vec_mutex",
-        None,
-        None,
-        Target::Max(0.25),
-    ),
-    c(
-        "failover.iter_bits",
-        "iter_in_flight_bits (6 bits) vs naive 64-bit loop",
-        "failover/iter_in_flight_bits/watchdog",
-        "failover/iter_in_flight_bits/naive_loop",
-        None,
-        None,
-        Target::None,
-    ),
-];
-
-// Seed 004: try_acquire 2.02 vs 16.84 ns, acquire+release 16.07 vs 46.51, available 1.19 vs 16.69.
-const SEMAPHORE: [Crit; 3] = [
-    c(
-        "semaphore.try_acquire",
-        "try_acquire (+ drop)",
-        "shared_semaphore/try_acquire/semaphore",
-        "shared_semaphore/try_acquire/mutex_condvar",
-        None,
-        Some(2.02 / 16.84),
-        Target::None,
-    ),
-    c(
-        "semaphore.acquire_release",
-        "acquire + release",
-        "shared_semaphore/acquire_release/semaphore",
-        "shared_semaphore/acquire_release/mutex_condvar",
-        None,
-        Some(16.07 / 46.51),
-        Target::Max(0.20),
-    ),
-    c(
-        "semaphore.available",
-        "available",
-        "shared_semaphore/available/semaphore",
-        "shared_semaphore/available/mutex_condvar",
-        None,
-        Some(1.19 / 16.69),
-        Target::Max(0.10),
-    ),
-];
-
-// Issue #15: async vs blocking, same run.
-const ASYNC: [Crit; 2] = [
-    c(
-        "async.acquire_release",
-        "claim + release, uncontended",
-        "async_lease/acquire_release/async",
-        "async_lease/acquire_release/blocking",
-        None,
-        None,
-        Target::Max(1.5),
-    ),
-    c(
-        "async.wake_latency",
-        "wake latency of a sleeping waiter",
-        "async_lease/wake_latency/async",
-        "async_lease/wake_latency/blocking",
-        None,
-        None,
-        Target::Max(1.5),
-    ),
-];
-
-// Issue #20: SeqLock and SharedCell vs a std Mutex doing the same copy.
-const SEQLOCK: [Crit; 12] = [
-    c(
-        "seqlock.read_8",
-        "SeqLock read, 8 B",
-        "seqlock/read_8/seqlock",
-        "seqlock/read_8/std_mutex",
-        None,
-        None,
-        Target::Max(0.15),
-    ),
-    c(
-        "seqlock.read_24",
-        "SeqLock read, 24 B",
-        "seqlock/read_24/seqlock",
-        "seqlock/read_24/std_mutex",
-        None,
-        None,
-        Target::Max(0.15),
-    ),
-    c(
-        "seqlock.read_48",
-        "SeqLock read, 48 B",
-        "seqlock/read_48/seqlock",
-        "seqlock/read_48/std_mutex",
-        None,
-        None,
-        Target::Max(0.15),
-    ),
-    c(
-        "seqlock.write_8",
-        "SeqLock write, 8 B",
-        "seqlock/write_8/seqlock",
-        "seqlock/write_8/std_mutex",
-        None,
-        None,
-        Target::Max(0.8),
-    ),
-    c(
-        "seqlock.write_24",
-        "SeqLock write, 24 B",
-        "seqlock/write_24/seqlock",
-        "seqlock/write_24/std_mutex",
-        None,
-        None,
-        Target::Max(0.8),
-    ),
-    c(
-        "seqlock.write_48",
-        "SeqLock write, 48 B",
-        "seqlock/write_48/seqlock",
-        "seqlock/write_48/std_mutex",
-        None,
-        None,
-        Target::Max(0.8),
-    ),
-    c(
-        "cell.load_8",
-        "SharedCell load, 8 B",
-        "seqlock/read_8/shared_cell",
-        "seqlock/read_8/std_mutex",
-        None,
-        None,
-        Target::Max(0.15),
-    ),
-    c(
-        "cell.load_24",
-        "SharedCell load, 24 B",
-        "seqlock/read_24/shared_cell",
-        "seqlock/read_24/std_mutex",
-        None,
-        None,
-        Target::Max(0.15),
-    ),
-    c(
-        "cell.load_48",
-        "SharedCell load, 48 B",
-        "seqlock/read_48/shared_cell",
-        "seqlock/read_48/std_mutex",
-        None,
-        None,
-        Target::Max(0.15),
-    ),
-    c(
-        "cell.store_8",
-        "SharedCell store, 8 B",
-        "seqlock/write_8/shared_cell",
-        "seqlock/write_8/std_mutex",
-        None,
-        None,
-        Target::Max(0.8),
-    ),
-    c(
-        "cell.store_24",
-        "SharedCell store, 24 B",
-        "seqlock/write_24/shared_cell",
-        "seqlock/write_24/std_mutex",
-        None,
-        None,
-        Target::Max(0.8),
-    ),
-    c(
-        "cell.store_48",
-        "SharedCell store, 48 B",
-        "seqlock/write_48/shared_cell",
-        "seqlock/write_48/std_mutex",
-        None,
-        None,
-        Target::Max(0.8),
-    ),
-];
-
-// Issue #21: SharedRwLock vs a process-shared `pthread_rwlock_t` in a shared mapping.
-const SHARED_RWLOCK: [Crit; 3] = [
-    c(
-        "rwlock.read_lock_unlock",
-        "read lock + unlock",
-        "shared_rwlock/read_lock_unlock/cxc",
-        "shared_rwlock/read_lock_unlock/pthread",
-        None,
-        None,
-        Target::Max(1.0),
-    ),
-    c(
-        "rwlock.write_lock_unlock",
-        "write lock + unlock",
-        "shared_rwlock/write_lock_unlock/cxc",
-        "shared_rwlock/write_lock_unlock/pthread",
-        None,
-        None,
-        Target::Max(1.0),
-    ),
-    c(
-        "rwlock.read_get",
-        "read lock + copy 8 B + unlock",
-        "shared_rwlock/read_get/cxc",
-        "shared_rwlock/read_get/pthread",
-        None,
-        None,
-        Target::None,
-    ),
-];
+/// The comparisons of `table` in `criterion.tsv`, in order (a malformed line is left
+/// out; a test parses every line).
+fn comparisons(table: &str) -> Vec<Crit> {
+    CRITERION
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| Crit::parse(l).ok())
+        .filter(|(t, _)| *t == table)
+        .map(|(_, c)| c)
+        .collect()
+}
 
 fn crit_table(
     md: &mut String,
@@ -592,7 +292,7 @@ fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         md,
         goals,
         data,
-        &OWNER_LEASE,
+        &comparisons("owner_lease"),
         "std Mutex",
         Some("parking_lot"),
     );
@@ -601,7 +301,7 @@ fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         md,
         goals,
         data,
-        &HEARTBEAT,
+        &comparisons("heartbeat"),
         "std Mutex",
         Some("parking_lot"),
     );
@@ -611,7 +311,14 @@ fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
          with a one-day tick: a scan does not advance the epoch). The seed's bench ticked the \
          epoch on every scan, so after `grace` iterations it was scanning 64 dead slots.\n\n",
     );
-    crit_table(md, goals, data, &FAILOVER, "Vec<Mutex>", None);
+    crit_table(
+        md,
+        goals,
+        data,
+        &comparisons("failover"),
+        "Vec<Mutex>",
+        None,
+    );
     let bits = data
         .crit
         .get("failover/iter_in_flight_bits/watchdog")
@@ -636,16 +343,23 @@ fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         "`SharedSemaphore` always tracks permit holders (dead holders' permits are \
          reclaimed, like SysV `SEM_UNDO`); it has no untracked mode to compare.\n\n",
     );
-    crit_table(md, goals, data, &SEMAPHORE, "Mutex+Condvar", None);
+    crit_table(
+        md,
+        goals,
+        data,
+        &comparisons("semaphore"),
+        "Mutex+Condvar",
+        None,
+    );
     md.push_str("### Async waiting vs blocking waiting (`docs/async.md`)\n\n");
     md.push_str(
         "`block_on(lock_async())` vs `lock()` on one lease; the wake latency is measured \
          from just before the holder's release to the moment the sleeping waiter holds the \
          lease (the baseline column is the blocking waiter).\n\n",
     );
-    crit_table(md, goals, data, &ASYNC, "blocking", None);
+    crit_table(md, goals, data, &comparisons("async"), "blocking", None);
     md.push_str("### SeqLock and SharedCell vs `std::sync::Mutex` (`docs/seqlock.md`)\n\n");
-    crit_table(md, goals, data, &SEQLOCK, "std Mutex", None);
+    crit_table(md, goals, data, &comparisons("seqlock"), "std Mutex", None);
     md.push_str(
         "### SharedRwLock vs a process-shared `pthread_rwlock_t` (`docs/shared-rwlock.md`)\n\n",
     );
@@ -655,7 +369,14 @@ fn criterion_tables(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
          which process holds it (a dead reader or writer is reclaimed) and fences evicted \
          writers; the pthread lock does neither.\n\n",
     );
-    crit_table(md, goals, data, &SHARED_RWLOCK, "pthread rwlock", None);
+    crit_table(
+        md,
+        goals,
+        data,
+        &comparisons("shared_rwlock"),
+        "pthread rwlock",
+        None,
+    );
 }
 
 /// The cross-process introduction and the handoff round trip.
@@ -721,21 +442,9 @@ fn throughput_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     );
     for (kind, label) in tput_kinds {
         let id = format!("throughput/{kind}");
-        let r = xrow(data, &id);
-        let q = div(r.map(|r| r.median), tb);
-        let (t, mm) = if kind == "lease" {
-            (Target::Min(1.0).show(""), met(Target::Min(1.0).met(q)))
-        } else {
-            ("—".into(), "—")
-        };
-        let _ = writeln!(
-            md,
-            "| {label} | {} | {} | {} | {t} | {mm} | {} |",
-            r.map_or("—".into(), |r| format!("{:.0}", r.median)),
-            r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
-            ratio(q),
-            samples(data, &id)
-        );
+        let q = div(xmed(data, &id), tb);
+        let target = (kind == "lease").then_some(Target::Min(1.0));
+        throughput_row(md, data, &id, label, q, target);
         if kind == "lease" {
             goals.push(Goal {
                 key: "xproc.throughput".into(),
@@ -749,6 +458,31 @@ fn throughput_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         }
     }
     md.push('\n');
+}
+
+/// One row of a throughput table: median and p99 ops/s of `id`, `q` (its ratio to the
+/// table's baseline), and `target` (if the row has one) with whether `q` meets it.
+fn throughput_row(
+    md: &mut String,
+    data: &Data,
+    id: &str,
+    label: &str,
+    q: Option<f64>,
+    target: Option<Target>,
+) {
+    let r = xrow(data, id);
+    let (t, mm) = match target {
+        Some(t) => (t.show(""), met(t.met(q))),
+        None => ("—".into(), "—"),
+    };
+    let _ = writeln!(
+        md,
+        "| {label} | {} | {} | {} | {t} | {mm} | {} |",
+        r.map_or("—".into(), |r| format!("{:.0}", r.median)),
+        r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
+        ratio(q),
+        samples(data, id)
+    );
 }
 
 /// Read-mostly mix of two processes: SharedRwLock vs a process-shared pthread rwlock.
@@ -779,25 +513,12 @@ fn rw_mix_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         ("pthread_rwlock", "process-shared pthread rwlock"),
     ] {
         let id = format!("rw_mix/{kind}");
-        let r = xrow(data, &id);
-        let ratio_here = div(r.map(|r| r.median), b);
-        let (t, mm) = if kind == "rwlock" {
+        let ratio_here = div(xmed(data, &id), b);
+        let target = (kind == "rwlock").then_some(Target::Min(1.0));
+        if target.is_some() {
             q = ratio_here;
-            (
-                Target::Min(1.0).show(""),
-                met(Target::Min(1.0).met(ratio_here)),
-            )
-        } else {
-            ("—".into(), "—")
-        };
-        let _ = writeln!(
-            md,
-            "| {label} | {} | {} | {} | {t} | {mm} | {} |",
-            r.map_or("—".into(), |r| format!("{:.0}", r.median)),
-            r.map_or("—".into(), |r| format!("{:.0}", r.p99)),
-            ratio(ratio_here),
-            samples(data, &id)
-        );
+        }
+        throughput_row(md, data, &id, label, ratio_here, target);
     }
     md.push('\n');
     goals.push(Goal {
@@ -1193,14 +914,28 @@ fn escape(s: &str) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_with_partial_data() {
-        let mut data = Data {
+    fn no_data(quick: bool) -> Data {
+        Data {
             crit: BTreeMap::new(),
             rows: BTreeMap::new(),
             notes: BTreeMap::new(),
-            quick: true,
-        };
+            quick,
+        }
+    }
+
+    fn machine() -> Machine {
+        Machine {
+            cpus: 2,
+            cpu_model: "test".into(),
+            kernel: "Linux".into(),
+            rustc: "rustc".into(),
+            date: "2026-01-01 00:00 UTC".into(),
+        }
+    }
+
+    #[test]
+    fn renders_with_partial_data() {
+        let mut data = no_data(true);
         data.crit
             .insert("owner_lease/acquire_release/lease".into(), 10.0);
         data.crit
@@ -1213,13 +948,7 @@ mod tests {
                 n: 100,
             },
         );
-        let m = Machine {
-            cpus: 2,
-            cpu_model: "test".into(),
-            kernel: "Linux".into(),
-            rustc: "rustc".into(),
-            date: "2026-01-01 00:00 UTC".into(),
-        };
+        let m = machine();
         let r = render(&data, &m);
         assert!(
             r.markdown
@@ -1231,12 +960,7 @@ mod tests {
 
     #[test]
     fn renders_the_rwlock_rows_with_their_targets() {
-        let mut data = Data {
-            crit: BTreeMap::new(),
-            rows: BTreeMap::new(),
-            notes: BTreeMap::new(),
-            quick: false,
-        };
+        let mut data = no_data(false);
         for (id, v) in [
             ("shared_rwlock/read_lock_unlock/cxc", 12.0),
             ("shared_rwlock/read_lock_unlock/pthread", 16.0),
@@ -1255,13 +979,7 @@ mod tests {
                 },
             );
         }
-        let m = Machine {
-            cpus: 2,
-            cpu_model: "test".into(),
-            kernel: "Linux".into(),
-            rustc: "rustc".into(),
-            date: "2026-01-01 00:00 UTC".into(),
-        };
+        let m = machine();
         let md = render(&data, &m).markdown;
         assert!(md.contains("| read lock + unlock | 12.00 ns | 16.00 ns | 0.75 | — | ≤ 1 | met |"));
         assert!(md.contains(
@@ -1269,5 +987,39 @@ mod tests {
         ));
         assert!(md.contains("| SharedRwLock | 30000000 | 30000000 | 1.50 | ≥ 1 | met | 5 |"));
         assert!(md.contains("rwlock read-mostly mix / pthread rwlock"));
+    }
+
+    #[test]
+    fn every_criterion_line_parses() {
+        let lines: Vec<&str> = CRITERION
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        for l in &lines {
+            if let Err(e) = Crit::parse(l) {
+                panic!("criterion.tsv: {e}");
+            }
+        }
+        let tables = [
+            "owner_lease",
+            "heartbeat",
+            "failover",
+            "semaphore",
+            "async",
+            "seqlock",
+            "shared_rwlock",
+        ];
+        let used: usize = tables.iter().map(|t| comparisons(t).len()).sum();
+        assert_eq!(
+            used,
+            lines.len(),
+            "a line names a table the report does not show"
+        );
+        assert!(tables.iter().all(|t| !comparisons(t).is_empty()));
+        let (_, c) = Crit::parse("t\tk\tcase\ta/b/c\ta/b/d\t-\t1.28/16.75\tmin 2").unwrap();
+        assert_eq!(c.seed, Some(1.28 / 16.75));
+        assert!(matches!(c.target, Target::Min(t) if t == 2.0) && c.alt.is_none());
+        assert!(Crit::parse("t\tk\tcase\tours\tbase\t-\t-\tabout 2").is_err());
+        assert!(Crit::parse("too\tfew").is_err());
     }
 }

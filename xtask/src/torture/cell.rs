@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use cxc::{SharedCell, WriteError, Written};
 
-use super::control::{Ctx, stat};
+use super::control::{Ctx, Stat};
 use cxc_testkit::Rng;
 
 pub(crate) const FILE: &str = "cell.cxc";
@@ -109,7 +109,7 @@ pub(crate) fn setup(dir: &Path) -> Result<(), String> {
 
 fn note(ctx: &Ctx, w: Written) {
     if w.abandoned.is_some() {
-        ctx.bump(stat::C_TAKEOVERS, 1);
+        ctx.bump(Stat::CellTakeovers, 1);
     }
 }
 
@@ -130,7 +130,7 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize, inc: u64) -> Result<(),
                         Err(e) => ctx.violate("C3 progress", format_args!("store failed: {e}")),
                     }
                 }
-                ctx.bump(stat::C_STORES, ops);
+                ctx.bump(Stat::CellStores, ops);
             }
             70..80 => {
                 let mut superseded = 0;
@@ -153,8 +153,8 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize, inc: u64) -> Result<(),
                         Err(e) => ctx.violate("C3 progress", format_args!("update failed: {e}")),
                     }
                 }
-                ctx.bump(stat::C_UPDATES, ops);
-                ctx.bump(stat::C_SUPERSEDED, superseded);
+                ctx.bump(Stat::CellUpdates, ops);
+                ctx.bump(Stat::CellSuperseded, superseded);
             }
             _ => {
                 let ops = ops * 20;
@@ -162,10 +162,10 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize, inc: u64) -> Result<(),
                     let v = cell.load();
                     loader.check(ctx, &v, "load");
                 }
-                ctx.bump(stat::C_LOADS, ops);
+                ctx.bump(Stat::CellLoads, ops);
             }
         }
-        ctx.bump(stat::C_OPS, 1);
+        ctx.bump(Stat::CellOps, 1);
     }
     Ok(())
 }
@@ -260,7 +260,7 @@ impl Monitor {
     pub(crate) fn check(&mut self, ctx: &Ctx) {
         let v = self.cell.load();
         self.loader.check(ctx, &v, "supervisor load");
-        ctx.bump(stat::C_CHECKS, 1);
+        ctx.bump(Stat::CellChecks, 1);
         if Instant::now() >= self.next_store {
             self.store(ctx);
             self.update(ctx);

@@ -23,50 +23,60 @@ const ECHOED_PER_PROCESS: u32 = 5;
 /// Flag: workers finish what they hold and exit.
 pub(crate) const STOP: u64 = 1;
 
-/// Statistics slots (cumulative counters bumped by workers and the supervisor).
-pub(crate) mod stat {
-    pub(crate) const L_OPS: usize = 0;
-    pub(crate) const L_CLAIMS: usize = 1;
-    pub(crate) const L_CLAIM_FAIL: usize = 2;
-    pub(crate) const L_WRITES: usize = 3;
-    pub(crate) const L_WITH_LEASE: usize = 4;
-    pub(crate) const L_FENCED: usize = 5;
-    pub(crate) const L_RESUMED: usize = 6;
-    pub(crate) const L_RESUMED_FENCED: usize = 7;
-    pub(crate) const L_TORN_CLAIMS: usize = 8;
-    pub(crate) const L_READS: usize = 9;
-    pub(crate) const L_STALE_ENTRY: usize = 10;
-    pub(crate) const L_STALE_PROBES: usize = 11;
-    pub(crate) const L_SIB_RELEASES: usize = 12;
-    pub(crate) const L_SIB_RELEASES_WRITING: usize = 13;
-    pub(crate) const H_OPS: usize = 16;
-    pub(crate) const H_REGISTER: usize = 17;
-    pub(crate) const H_TAKEN: usize = 18;
-    pub(crate) const H_DONE: usize = 19;
-    pub(crate) const H_FENCED: usize = 20;
-    pub(crate) const H_REJECTED: usize = 21;
-    pub(crate) const H_TAKE_RACE: usize = 22;
-    pub(crate) const C_OPS: usize = 24;
-    pub(crate) const C_STORES: usize = 25;
-    pub(crate) const C_UPDATES: usize = 26;
-    pub(crate) const C_LOADS: usize = 27;
-    pub(crate) const C_SUPERSEDED: usize = 28;
-    pub(crate) const C_TAKEOVERS: usize = 29;
-    pub(crate) const C_CHECKS: usize = 30;
-    pub(crate) const S_OPS: usize = 32;
-    pub(crate) const S_ACQUIRED: usize = 33;
-    pub(crate) const S_TIMEOUTS: usize = 34;
-    pub(crate) const S_CHECKS: usize = 35;
-    pub(crate) const S_CHECK_SKIPPED: usize = 36;
-    pub(crate) const S_MAX_IN_USE: usize = 37;
-    /// Violations by primitive (invariant names start with L, H, S, C, R; others: crashes,
-    /// hangs).
-    pub(crate) const V_LEASE: usize = 48;
-    pub(crate) const V_HEARTBEAT: usize = 49;
-    pub(crate) const V_SEMAPHORE: usize = 50;
-    pub(crate) const V_OTHER: usize = 51;
-    pub(crate) const V_CELL: usize = 53;
-    pub(crate) const V_RWLOCK: usize = 52;
+/// Statistics slots of the control file: cumulative counters bumped by workers and the
+/// supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stat {
+    // The lease (L invariants).
+    LeaseOps = 0,
+    LeaseClaims,
+    LeaseClaimFail,
+    LeaseWrites,
+    LeaseWithLease,
+    LeaseFenced,
+    LeaseResumed,
+    LeaseResumedFenced,
+    LeaseTornClaims,
+    LeaseReads,
+    LeaseStaleEntry,
+    LeaseStaleProbes,
+    LeaseSibReleases,
+    LeaseSibReleasesWriting,
+    // The heartbeat table (H).
+    HbOps = 16,
+    HbRegister,
+    HbTaken,
+    HbDone,
+    HbFenced,
+    HbRejected,
+    HbTakeRace,
+    // The shared cell (C).
+    CellOps = 24,
+    CellStores,
+    CellUpdates,
+    CellLoads,
+    CellSuperseded,
+    CellTakeovers,
+    CellChecks,
+    // The semaphore (S).
+    SemOps = 32,
+    SemAcquired,
+    SemTimeouts,
+    SemChecks,
+    SemCheckSkipped,
+    SemMaxInUse,
+    // Violations by primitive (invariant names start with L, H, S, C, R; others: crashes,
+    // hangs).
+    LeaseViolations = 48,
+    HbViolations,
+    SemViolations,
+    OtherViolations,
+    RwlockViolations,
+    CellViolations,
+}
+
+impl Stat {
+    /// Slots in the control file.
     pub(crate) const COUNT: usize = 64;
 }
 
@@ -83,7 +93,7 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// Creates the control file (supervisor).
     pub(crate) fn create(dir: &Path) -> Result<Self, String> {
-        let ctl = Words::create(&dir.join(FILE), TAG, stat::COUNT)?;
+        let ctl = Words::create(&dir.join(FILE), TAG, Stat::COUNT)?;
         Self::with(dir, ctl, "supervisor".into())
     }
 
@@ -114,16 +124,20 @@ impl Ctx {
         &self.who
     }
 
-    pub(crate) fn bump(&self, which: usize, n: u64) {
-        self.ctl.word(which).fetch_add(n, Ordering::Relaxed);
+    pub(crate) fn bump(&self, which: Stat, n: u64) {
+        self.ctl
+            .word(which as usize)
+            .fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn max(&self, which: usize, v: u64) {
-        self.ctl.word(which).fetch_max(v, Ordering::Relaxed);
+    pub(crate) fn max(&self, which: Stat, v: u64) {
+        self.ctl
+            .word(which as usize)
+            .fetch_max(v, Ordering::Relaxed);
     }
 
-    pub(crate) fn stat(&self, which: usize) -> u64 {
-        self.ctl.word(which).load(Ordering::Relaxed)
+    pub(crate) fn stat(&self, which: Stat) -> u64 {
+        self.ctl.word(which as usize).load(Ordering::Relaxed)
     }
 
     pub(crate) fn stopping(&self) -> bool {
@@ -144,12 +158,12 @@ impl Ctx {
         self.ctl.head(VIOLATIONS).fetch_add(1, Ordering::AcqRel);
         self.bump(
             match invariant.as_bytes().first() {
-                Some(b'L') => stat::V_LEASE,
-                Some(b'H') => stat::V_HEARTBEAT,
-                Some(b'S') => stat::V_SEMAPHORE,
-                Some(b'C') => stat::V_CELL,
-                Some(b'R') => stat::V_RWLOCK,
-                _ => stat::V_OTHER,
+                Some(b'L') => Stat::LeaseViolations,
+                Some(b'H') => Stat::HbViolations,
+                Some(b'S') => Stat::SemViolations,
+                Some(b'C') => Stat::CellViolations,
+                Some(b'R') => Stat::RwlockViolations,
+                _ => Stat::OtherViolations,
             },
             1,
         );

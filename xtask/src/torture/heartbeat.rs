@@ -26,7 +26,7 @@ use cxc::{
     heartbeat_counter,
 };
 
-use super::control::{Ctx, stat};
+use super::control::{Ctx, Stat};
 use super::shm::Words;
 use cxc_testkit::Rng;
 
@@ -46,19 +46,27 @@ const GRACE: u64 = 10;
 /// How far past `low` a worker looks for a requeued unit.
 const WINDOW: u64 = 256;
 
-const FREE: u64 = 0;
-const TAKEN: u64 = 1;
-const COMPLETING: u64 = 2;
-const DONE: u64 = 3;
+/// Where a unit is (the top two bits of its word).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Free,
+    Taken,
+    Completing,
+    Done,
+}
 
-fn enc(phase: u64, slot: usize, generation: u64, bit: u8) -> u64 {
-    phase << 62 | (generation & 0x7FFF_FFFF) << 22 | u64::from(bit) << 16 | slot as u64
+/// The word of a free unit (phase `Free`, no holder).
+const FREE: u64 = 0;
+
+fn enc(phase: Phase, slot: usize, generation: u64, bit: u8) -> u64 {
+    (phase as u64) << 62 | (generation & 0x7FFF_FFFF) << 22 | u64::from(bit) << 16 | slot as u64
 }
 
 /// `(phase, slot, generation, bit)`.
-fn dec(w: u64) -> (u64, usize, u64, u8) {
+fn dec(w: u64) -> (Phase, usize, u64, u8) {
+    const PHASES: [Phase; 4] = [Phase::Free, Phase::Taken, Phase::Completing, Phase::Done];
     (
-        w >> 62,
+        PHASES[(w >> 62) as usize],
         (w & 0xFFFF) as usize,
         (w >> 22) & 0x7FFF_FFFF,
         ((w >> 16) & 0x3F) as u8,
@@ -160,13 +168,13 @@ impl<'a> Units<'a> {
             if !self.table.mark_in_flight(slot, bit) {
                 return Take::Fenced;
             }
-            let taken = enc(TAKEN, slot, generation, bit);
+            let taken = enc(Phase::Taken, slot, generation, bit);
             if self
                 .state(u)
                 .compare_exchange(FREE, taken, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                self.ctx.bump(stat::H_TAKEN, 1);
+                self.ctx.bump(Stat::HbTaken, 1);
                 let us = match self.rng.below(100) {
                     0..70 => self.rng.range(50, 1_000),
                     70..97 => self.rng.range(1_000, 5_000),
@@ -178,7 +186,7 @@ impl<'a> Units<'a> {
                     due: Instant::now() + Duration::from_micros(us),
                 });
             }
-            self.ctx.bump(stat::H_TAKE_RACE, 1);
+            self.ctx.bump(Stat::HbTakeRace, 1);
             if !self.table.clear_in_flight(slot, bit) {
                 return Take::Fenced;
             }
@@ -188,8 +196,8 @@ impl<'a> Units<'a> {
 
     /// Completes a held unit; false if the completion was refused (we were fenced).
     fn complete(&self, slot: usize, generation: u64, h: &Held) -> bool {
-        let taken = enc(TAKEN, slot, generation, h.bit);
-        let completing = enc(COMPLETING, slot, generation, h.bit);
+        let taken = enc(Phase::Taken, slot, generation, h.bit);
+        let completing = enc(Phase::Completing, slot, generation, h.bit);
         let state = self.state(h.unit);
         if let Err(v) =
             state.compare_exchange(taken, completing, Ordering::AcqRel, Ordering::Acquire)
@@ -206,12 +214,12 @@ impl<'a> Units<'a> {
                     ),
                 );
             }
-            self.ctx.bump(stat::H_REJECTED, 1);
+            self.ctx.bump(Stat::HbRejected, 1);
             return false;
         }
         let before = self.table.snapshot(slot);
         if !self.table.clear_in_flight(slot, h.bit) {
-            self.ctx.bump(stat::H_REJECTED, 1);
+            self.ctx.bump(Stat::HbRejected, 1);
             return false;
         }
         if before.is_some_and(|s| s.generation == generation && s.fenced) {
@@ -223,7 +231,7 @@ impl<'a> Units<'a> {
                 ),
             );
         }
-        let done = enc(DONE, slot, generation, h.bit);
+        let done = enc(Phase::Done, slot, generation, h.bit);
         if let Err(v) =
             state.compare_exchange(completing, done, Ordering::AcqRel, Ordering::Acquire)
         {
@@ -237,7 +245,7 @@ impl<'a> Units<'a> {
                 ),
             );
         }
-        self.ctx.bump(stat::H_DONE, 1);
+        self.ctx.bump(Stat::HbDone, 1);
         true
     }
 }
@@ -295,22 +303,22 @@ pub(crate) fn worker(ctx: &Ctx, rng: Rng) -> Result<(), String> {
             std::thread::sleep(Duration::from_millis(2));
             continue;
         };
-        ctx.bump(stat::H_REGISTER, 1);
+        ctx.bump(Stat::HbRegister, 1);
         let want = u.rng.range(1, 5) as usize;
         let mut held: Vec<Held> = Vec::new();
         loop {
-            ctx.bump(stat::H_OPS, 1);
+            ctx.bump(Stat::HbOps, 1);
             // Half of the rounds finish due work before beating, as a worker that was
             // stopped mid-unit would: the fence must hold at `clear_in_flight` itself.
             let complete_first = u.rng.percent(50);
             if complete_first && !complete_due(&u, slot, generation, &mut held, false) {
-                ctx.bump(stat::H_FENCED, 1);
+                ctx.bump(Stat::HbFenced, 1);
                 continue 'register;
             }
             let before = table.snapshot(slot);
             if !table.beat(slot) {
                 // Declared dead (fenced): the watchdog reclaims what we held.
-                ctx.bump(stat::H_FENCED, 1);
+                ctx.bump(Stat::HbFenced, 1);
                 continue 'register;
             }
             if before.is_some_and(|s| s.pid == me && s.generation == generation && s.fenced) {
@@ -331,13 +339,13 @@ pub(crate) fn worker(ctx: &Ctx, rng: Rng) -> Result<(), String> {
                     Take::Got(h) => held.push(h),
                     Take::NoWork => {}
                     Take::Fenced => {
-                        ctx.bump(stat::H_FENCED, 1);
+                        ctx.bump(Stat::HbFenced, 1);
                         continue 'register;
                     }
                 }
             }
             if !complete_first && !complete_due(&u, slot, generation, &mut held, stopping) {
-                ctx.bump(stat::H_FENCED, 1);
+                ctx.bump(Stat::HbFenced, 1);
                 continue 'register;
             }
             std::thread::sleep(Duration::from_micros(u.rng.range(50, 500)));
@@ -425,7 +433,8 @@ impl Watch {
     fn requeue(&mut self, ctx: &Ctx, slot: usize, generation: u64, bit: u8) {
         let holds = |w: u64| {
             let (phase, s, g, b) = dec(w);
-            (phase == TAKEN || phase == COMPLETING) && (s, g, b) == (slot, generation, bit)
+            matches!(phase, Phase::Taken | Phase::Completing)
+                && (s, g, b) == (slot, generation, bit)
         };
         let hint = self
             .hints
@@ -438,7 +447,7 @@ impl Watch {
                 let v = w.load(Ordering::Acquire);
                 if holds(v) {
                     found = Some(u);
-                } else if v == enc(DONE, slot, generation, bit) {
+                } else if v == enc(Phase::Done, slot, generation, bit) {
                     ctx.violate(
                         "H2/H3 reclaim",
                         format_args!(
@@ -564,11 +573,11 @@ impl Watch {
             let (phase, slot, generation, bit) =
                 dec(self.units.word(unit as usize).load(Ordering::Acquire));
             let verdict = match phase {
-                DONE => {
+                Phase::Done => {
                     r.done += 1;
                     None
                 }
-                COMPLETING => {
+                Phase::Completing => {
                     let in_flight = self.table.snapshot(slot).is_some_and(|s| {
                         s.generation == generation && s.in_flight_bitmap >> bit & 1 == 1
                     });
@@ -579,8 +588,8 @@ impl Watch {
                         None
                     }
                 }
-                TAKEN => Some("taken but neither completed nor reclaimed (lost)"),
-                _ => Some("never completed"),
+                Phase::Taken => Some("taken but neither completed nor reclaimed (lost)"),
+                Phase::Free => Some("never completed"),
             };
             if let Some(v) = verdict {
                 bad += 1;

@@ -41,7 +41,7 @@ use cxc::lease::counter;
 use cxc::{EpochMode, LeaseClaim, LeaseOptions, OwnerLease, Preemption};
 use cxc_mmf::identity::{ProcStatus, proc_group_alive, proc_status};
 
-use super::control::{Ctx, stat};
+use super::control::{Ctx, Stat};
 use super::opts::{Role, WorkerOptions};
 use super::shm::Words;
 use cxc_testkit::Rng;
@@ -238,7 +238,7 @@ fn siblings(ctx: &Ctx, o: &WorkerOptions, mut rng: Rng) -> Result<(), String> {
 impl Worker<'_> {
     fn run(&mut self) {
         while !self.ctx.stopping() {
-            self.ctx.bump(stat::L_OPS, 1);
+            self.ctx.bump(Stat::LeaseOps, 1);
             match self.rng.below(100) {
                 0..60 => self.session(),
                 60..85 => self.with_lease(),
@@ -276,9 +276,9 @@ impl Worker<'_> {
                     // The released claim is `c` or a later claim of `target`: either way
                     // no claim of `target` up to `c.generation()` is current any more.
                     sib.released[j].fetch_max(c.generation(), Ordering::SeqCst);
-                    self.ctx.bump(stat::L_SIB_RELEASES, 1);
+                    self.ctx.bump(Stat::LeaseSibReleases, 1);
                     if writing {
-                        self.ctx.bump(stat::L_SIB_RELEASES_WRITING, 1);
+                        self.ctx.bump(Stat::LeaseSibReleasesWriting, 1);
                     }
                 }
                 return;
@@ -306,7 +306,7 @@ impl Worker<'_> {
     fn enter(&self, g: u64, claim: Option<&LeaseClaim>) {
         let before = self.aux.head(MAX_ENTERED).fetch_max(g, Ordering::SeqCst);
         if before > g {
-            self.ctx.bump(stat::L_STALE_ENTRY, 1);
+            self.ctx.bump(Stat::LeaseStaleEntry, 1);
             if claim.is_some_and(|c| self.lease.is_current(c)) {
                 self.ctx.violate(
                     "L1 exclusion",
@@ -361,9 +361,9 @@ impl Worker<'_> {
     }
 
     fn fenced(&self, resumed: bool) {
-        self.ctx.bump(stat::L_FENCED, 1);
+        self.ctx.bump(Stat::LeaseFenced, 1);
         if resumed {
-            self.ctx.bump(stat::L_RESUMED_FENCED, 1);
+            self.ctx.bump(Stat::LeaseResumedFenced, 1);
         }
     }
 
@@ -376,12 +376,12 @@ impl Worker<'_> {
             self.lease.acquire(self.me, GRACE, t)
         };
         let Some(c) = claim else {
-            self.ctx.bump(stat::L_CLAIM_FAIL, 1);
+            self.ctx.bump(Stat::LeaseClaimFail, 1);
             return;
         };
-        self.ctx.bump(stat::L_CLAIMS, 1);
+        self.ctx.bump(Stat::LeaseClaims, 1);
         if c.payload_may_be_inconsistent() {
-            self.ctx.bump(stat::L_TORN_CLAIMS, 1);
+            self.ctx.bump(Stat::LeaseTornClaims, 1);
         }
         let g = c.generation();
         self.enter(g, Some(&c));
@@ -406,7 +406,7 @@ impl Worker<'_> {
             self.think();
             let resumed = last.elapsed() > RESUMED_GAP;
             if resumed {
-                self.ctx.bump(stat::L_RESUMED, 1);
+                self.ctx.bump(Stat::LeaseResumed, 1);
             }
             if self.rng.percent(30) && !self.lease.beat_claimed(&c) {
                 self.fenced(resumed);
@@ -422,7 +422,7 @@ impl Worker<'_> {
                 lost = true;
                 break;
             }
-            self.ctx.bump(stat::L_WRITES, 1);
+            self.ctx.bump(Stat::LeaseWrites, 1);
             self.log(p[0] + 1, g, p[1]);
             self.check_accepted(g, entered, term, released, "write_claimed");
             last = Instant::now();
@@ -447,8 +447,8 @@ impl Worker<'_> {
             let _ = self.lease.release_claim(&c);
             return;
         }
-        self.ctx.bump(stat::L_CLAIMS, 1);
-        self.ctx.bump(stat::L_STALE_PROBES, 1);
+        self.ctx.bump(Stat::LeaseClaims, 1);
+        self.ctx.bump(Stat::LeaseStaleProbes, 1);
         self.enter(g, Some(&c));
         let og = old.generation();
         if self.lease.write_claimed(old, payload(0, og, self.me, 0, 0)) {
@@ -504,8 +504,8 @@ impl Worker<'_> {
         });
         match r {
             Some((old, g, entered, term, released)) => {
-                self.ctx.bump(stat::L_WITH_LEASE, 1);
-                self.ctx.bump(stat::L_CLAIMS, 1);
+                self.ctx.bump(Stat::LeaseWithLease, 1);
+                self.ctx.bump(Stat::LeaseClaims, 1);
                 if !valid(&old) {
                     self.ctx.violate(
                         "L4 torn read",
@@ -518,7 +518,7 @@ impl Worker<'_> {
             None if ran != 0 => {
                 self.fenced(false);
             }
-            None => self.ctx.bump(stat::L_CLAIM_FAIL, 1),
+            None => self.ctx.bump(Stat::LeaseClaimFail, 1),
         }
     }
 
@@ -528,7 +528,7 @@ impl Worker<'_> {
         let p = st.payload_words;
         // All zeros: `status` gave up on a consistent read (diagnostics only).
         if p != [0; 6] {
-            self.ctx.bump(stat::L_READS, 1);
+            self.ctx.bump(Stat::LeaseReads, 1);
             if !valid(&p) {
                 self.ctx.violate(
                     "L4 torn read",

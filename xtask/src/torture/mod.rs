@@ -20,24 +20,12 @@ mod supervisor;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use opts::{Options, Role, USAGE, WorkerOptions};
-
-fn parse(args: &[String]) -> Result<Options, ExitCode> {
-    Options::parse(args).map_err(|e| {
-        if !e.is_empty() {
-            eprintln!("xtask torture: {e}");
-        }
-        eprintln!("{USAGE}");
-        ExitCode::FAILURE
-    })
-}
+use opts::Role;
+pub(crate) use opts::{Args, Options, WorkerOptions};
 
 /// `cargo xtask torture [..]`.
-pub(crate) fn run(args: &[String]) -> ExitCode {
-    let opts = match parse(args) {
-        Ok(o) => o,
-        Err(code) => return code,
-    };
+pub(crate) fn run(args: Args) -> ExitCode {
+    let opts = Options::from(args);
     if !cfg!(debug_assertions) {
         return supervisor::supervise(opts);
     }
@@ -71,12 +59,8 @@ fn target_dir() -> PathBuf {
     cmd.current_dir(super::root())
         .args(["metadata", "--format-version", "1", "--no-deps"]);
     let from_metadata = cmd.output().ok().and_then(|o| {
-        let json = String::from_utf8(o.stdout).ok()?;
-        let key = "\"target_directory\":\"";
-        let rest = &json[json.find(key)? + key.len()..];
-        let dir = &rest[..rest.find('"')?];
-        // A path with JSON escapes in it is left to the fallback.
-        (!dir.contains('\\')).then(|| PathBuf::from(dir))
+        let meta: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        Some(PathBuf::from(meta.get("target_directory")?.as_str()?))
     });
     from_metadata.unwrap_or_else(|| {
         let dir =
@@ -86,22 +70,12 @@ fn target_dir() -> PathBuf {
 }
 
 /// `xtask torture-supervise [..]`.
-pub(crate) fn supervise(args: &[String]) -> ExitCode {
-    match parse(args) {
-        Ok(o) => supervisor::supervise(o),
-        Err(code) => code,
-    }
+pub(crate) fn supervise(args: Args) -> ExitCode {
+    supervisor::supervise(Options::from(args))
 }
 
 /// `xtask torture-worker --role R --dir D --seed S --id K --inc N` (hidden).
-pub(crate) fn worker(args: &[String]) -> ExitCode {
-    let o = match WorkerOptions::parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("xtask torture-worker: {e}");
-            return ExitCode::from(2);
-        }
-    };
+pub(crate) fn worker(o: WorkerOptions) -> ExitCode {
     let who = match o.role {
         Role::Lease => format!("lease worker {}.{} ({})", o.id, o.inc, o.lease_mode.name()),
         r => format!("{} worker {}.{}", r.name(), o.id, o.inc),

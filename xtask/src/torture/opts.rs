@@ -3,21 +3,17 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub(crate) const USAGE: &str = "\
-usage: cargo xtask torture [--seconds N] [--procs N] [--seed S] [--primitive P] [--dir D] [--keep] [--ident-churn]
-  --seconds N     chaos phase length (default 60)
-  --procs N       worker processes per primitive (default 4)
-  --seed S        seed of every random choice (decimal or 0x-hex; default: from the clock, printed)
-  --primitive P   lease | heartbeat | semaphore | cell | rwlock | all (default all; may be repeated)
-  --dir D         working directory for the shared files (default: a fresh temp directory)
-  --keep          keep the working directory even when the run passes
-  --ident-churn   after a lease holder is killed inside a write, stop the other lease
-                  workers and let 16 short-lived processes open the lease (as `cxc inspect`
-                  would) before anyone takes over: a regression check for an L5 bug that
-                  is fixed (docs/RELIABILITY.md); off by default";
+use clap::ValueEnum;
+
+/// The name `value` has on the command line.
+fn spelling(value: &impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned())
+}
 
 /// The primitive a worker exercises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub(crate) enum Role {
     Lease,
     Heartbeat,
@@ -27,29 +23,13 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    pub(crate) const ALL: [Role; 5] = [
-        Role::Lease,
-        Role::Heartbeat,
-        Role::Semaphore,
-        Role::Cell,
-        Role::Rwlock,
-    ];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Role::Lease => "lease",
-            Role::Heartbeat => "heartbeat",
-            Role::Semaphore => "semaphore",
-            Role::Cell => "cell",
-            Role::Rwlock => "rwlock",
-        }
+    /// Every primitive, in order.
+    pub(crate) fn all() -> &'static [Role] {
+        Role::value_variants()
     }
 
-    pub(crate) fn parse(s: &str) -> Result<Role, String> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.name() == s)
-            .ok_or_else(|| format!("unknown primitive {s:?}"))
+    pub(crate) fn name(self) -> String {
+        spelling(&self)
     }
 
     pub(crate) fn code(self) -> u64 {
@@ -57,44 +37,47 @@ impl Role {
     }
 }
 
+/// The primitives one `--primitive` names: one, or `all`.
+#[derive(Debug, Clone)]
+struct RoleSet(Vec<Role>);
+
+impl RoleSet {
+    fn parse(s: &str) -> Result<RoleSet, String> {
+        match s {
+            "all" => Ok(RoleSet(Role::all().to_vec())),
+            s => Ok(RoleSet(vec![
+                Role::from_str(s, false).map_err(|_| format!("unknown primitive {s:?}"))?,
+            ])),
+        }
+    }
+}
+
 /// How a lease worker process runs its workers (chosen by the supervisor for each
 /// spawned process, so restarts change it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub(crate) enum LeaseMode {
     /// One worker loop on the main thread.
     Plain,
     /// The worker loop runs on a spawned thread and the main thread exits: the process
     /// is half-exited (`/proc/PID/stat` says `Z`) but alive, and must be treated so.
+    #[value(name = "half-exited")]
     Half,
     /// Several sibling threads, each claiming under its own pid number, that release each
     /// other's claims by pid at random (in the middle of writes).
     Siblings,
     /// Both: sibling threads in a process whose main thread exited.
+    #[value(name = "half-exited+siblings")]
     HalfSiblings,
 }
 
 impl LeaseMode {
-    pub(crate) const ALL: [LeaseMode; 4] = [
-        LeaseMode::Plain,
-        LeaseMode::Half,
-        LeaseMode::Siblings,
-        LeaseMode::HalfSiblings,
-    ];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            LeaseMode::Plain => "plain",
-            LeaseMode::Half => "half-exited",
-            LeaseMode::Siblings => "siblings",
-            LeaseMode::HalfSiblings => "half-exited+siblings",
-        }
+    /// Every mode.
+    pub(crate) fn all() -> &'static [LeaseMode] {
+        LeaseMode::value_variants()
     }
 
-    fn parse(s: &str) -> Result<LeaseMode, String> {
-        LeaseMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown lease mode {s:?}"))
+    pub(crate) fn name(self) -> String {
+        spelling(&self)
     }
 
     /// Whether the main thread exits while the workers run.
@@ -108,101 +91,95 @@ impl LeaseMode {
     }
 }
 
+/// `cargo xtask torture` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Args {
+    /// Chaos phase length in seconds.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Worker processes per primitive (1..=16).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=16))]
+    procs: u64,
+    /// Seed of every random choice (decimal or 0x-hex; default: from the clock, printed).
+    #[arg(long, value_parser = crate::parse_u64)]
+    seed: Option<u64>,
+    /// lease | heartbeat | semaphore | cell | rwlock | all (default all; may be repeated).
+    #[arg(long = "primitive", value_name = "P", value_parser = RoleSet::parse)]
+    primitives: Vec<RoleSet>,
+    /// Working directory for the shared files (default: a fresh temp directory).
+    #[arg(long, value_name = "D")]
+    dir: Option<PathBuf>,
+    /// Keep the working directory even when the run passes.
+    #[arg(long)]
+    keep: bool,
+    /// After a lease holder is killed inside a write, stop the other lease workers and let
+    /// 16 short-lived processes open the lease (as `cxc inspect` would) before anyone takes
+    /// over: a regression check for an L5 bug that is fixed (docs/RELIABILITY.md).
+    #[arg(long)]
+    ident_churn: bool,
+}
+
 /// Options of a torture run.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     pub(crate) seconds: u64,
     pub(crate) procs: usize,
     pub(crate) seed: u64,
+    /// Sorted, without repeats.
     pub(crate) roles: Vec<Role>,
     pub(crate) dir: Option<PathBuf>,
     pub(crate) keep: bool,
     pub(crate) ident_churn: bool,
 }
 
-/// Options of one worker process.
-#[derive(Debug, Clone)]
+/// Options of one worker process (`xtask torture-worker`, hidden).
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct WorkerOptions {
+    #[arg(long, value_enum)]
     pub(crate) role: Role,
+    #[arg(long)]
     pub(crate) dir: PathBuf,
+    #[arg(long, default_value_t = 0, value_parser = crate::parse_u64)]
     pub(crate) seed: u64,
+    #[arg(long, default_value_t = 0)]
     pub(crate) id: usize,
+    #[arg(long, default_value_t = 0)]
     pub(crate) inc: u64,
     /// Only open the lease file and exit (`--ident-churn`).
+    #[arg(long)]
     pub(crate) open_only: bool,
     /// How a lease worker runs (ignored by the other roles).
+    #[arg(long, value_enum, default_value = "plain")]
     pub(crate) lease_mode: LeaseMode,
 }
 
-fn parse_u64(name: &str, v: &str) -> Result<u64, String> {
-    let r = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    r.map_err(|e| format!("{name}: {v:?}: {e}"))
-}
-
-/// Splits `--name value` / `--name=value` pairs; flags without a value are returned with
-/// an empty value.
-fn pairs(args: &[String], flags: &[&str]) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let Some(name) = a.strip_prefix("--") else {
-            return Err(format!("unexpected argument {a:?}"));
-        };
-        if let Some((n, v)) = name.split_once('=') {
-            out.push((n.to_owned(), v.to_owned()));
-        } else if flags.contains(&name) {
-            out.push((name.to_owned(), String::new()));
-        } else {
-            let v = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
-            out.push((name.to_owned(), v.clone()));
+impl From<Args> for Options {
+    fn from(a: Args) -> Options {
+        let mut roles: Vec<Role> = a.primitives.into_iter().flat_map(|s| s.0).collect();
+        if roles.is_empty() {
+            roles.extend(Role::all());
+        }
+        roles.sort();
+        roles.dedup();
+        Options {
+            seconds: a.seconds,
+            procs: a.procs as usize,
+            seed: a.seed.unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+                    ^ u64::from(std::process::id())
+            }),
+            roles,
+            dir: a.dir,
+            keep: a.keep,
+            ident_churn: a.ident_churn,
         }
     }
-    Ok(out)
 }
 
 impl Options {
-    pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
-        let mut o = Options {
-            seconds: 60,
-            procs: 4,
-            seed: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-                ^ u64::from(std::process::id()),
-            roles: Vec::new(),
-            dir: None,
-            keep: false,
-            ident_churn: false,
-        };
-        for (name, v) in pairs(args, &["keep", "help", "ident-churn"])? {
-            match name.as_str() {
-                "seconds" => o.seconds = parse_u64("--seconds", &v)?,
-                "procs" => o.procs = parse_u64("--procs", &v)? as usize,
-                "seed" => o.seed = parse_u64("--seed", &v)?,
-                "primitive" if v == "all" => o.roles.extend(Role::ALL),
-                "primitive" => o.roles.push(Role::parse(&v)?),
-                "dir" => o.dir = Some(PathBuf::from(v)),
-                "keep" => o.keep = true,
-                "ident-churn" => o.ident_churn = true,
-                "help" => return Err(String::new()),
-                _ => return Err(format!("unknown option --{name}")),
-            }
-        }
-        if o.roles.is_empty() {
-            o.roles.extend(Role::ALL);
-        }
-        o.roles.sort();
-        o.roles.dedup();
-        if o.procs == 0 || o.procs > 16 {
-            return Err("--procs must be 1..=16".into());
-        }
-        Ok(o)
-    }
-
     /// The arguments that reproduce this run (for the supervisor re-exec and the summary).
     pub(crate) fn to_args(&self) -> Vec<String> {
         let mut v = vec![
@@ -213,10 +190,10 @@ impl Options {
             "--seed".into(),
             format!("{:#x}", self.seed),
         ];
-        if self.roles.len() != Role::ALL.len() {
+        if self.roles.len() != Role::all().len() {
             for r in &self.roles {
                 v.push("--primitive".into());
-                v.push(r.name().into());
+                v.push(r.name());
             }
         }
         if let Some(d) = &self.dir {
@@ -234,37 +211,10 @@ impl Options {
 }
 
 impl WorkerOptions {
-    pub(crate) fn parse(args: &[String]) -> Result<WorkerOptions, String> {
-        let (mut role, mut dir, mut seed, mut id, mut inc) = (None, None, 0, 0, 0);
-        let mut open_only = false;
-        let mut lease_mode = LeaseMode::Plain;
-        for (name, v) in pairs(args, &["open-only"])? {
-            match name.as_str() {
-                "role" => role = Some(Role::parse(&v)?),
-                "dir" => dir = Some(PathBuf::from(v)),
-                "seed" => seed = parse_u64("--seed", &v)?,
-                "id" => id = parse_u64("--id", &v)? as usize,
-                "inc" => inc = parse_u64("--inc", &v)?,
-                "open-only" => open_only = true,
-                "lease-mode" => lease_mode = LeaseMode::parse(&v)?,
-                _ => return Err(format!("unknown worker option --{name}")),
-            }
-        }
-        Ok(WorkerOptions {
-            role: role.ok_or("--role is required")?,
-            dir: dir.ok_or("--dir is required")?,
-            seed,
-            id,
-            inc,
-            open_only,
-            lease_mode,
-        })
-    }
-
     pub(crate) fn to_args(&self) -> Vec<String> {
         let mut v: Vec<String> = vec![
             "--role".into(),
-            self.role.name().into(),
+            self.role.name(),
             "--dir".into(),
             self.dir.display().to_string(),
             "--seed".into(),
@@ -274,7 +224,7 @@ impl WorkerOptions {
             "--inc".into(),
             self.inc.to_string(),
             "--lease-mode".into(),
-            self.lease_mode.name().into(),
+            self.lease_mode.name(),
         ];
         if self.open_only {
             v.push("--open-only".into());

@@ -71,6 +71,31 @@ mod st {
 const READING: u64 = 1;
 const WRITING: u64 = 2;
 
+/// How a worker takes one side of the lock.
+struct Side {
+    /// Share of `try_*` attempts (the rest wait up to [`WEDGE`]).
+    try_percent: u64,
+    /// The stats word of the longest wait, in µs.
+    max_wait: usize,
+    /// The invariant a wait past [`WEDGE`] violates.
+    wedged: &'static str,
+    kind: &'static str,
+}
+
+const READ: Side = Side {
+    try_percent: 20,
+    max_wait: st::MAX_READ_WAIT_US,
+    wedged: "R3 wedged",
+    kind: "read",
+};
+
+const WRITE: Side = Side {
+    try_percent: 15,
+    max_wait: st::MAX_WRITE_WAIT_US,
+    wedged: "R4 writer starved",
+    kind: "write",
+};
+
 fn now_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
@@ -155,33 +180,47 @@ impl Worker<'_> {
         }
     }
 
-    fn read_section(&self, rng: &mut Rng) {
+    /// Takes a guard: with `side.try_percent` % `try_now()` (a refusal is counted and
+    /// ends the section after a short sleep), else `timed(WEDGE)` (not obtained: the
+    /// side's violation); records the wait in the side's longest-wait word.
+    fn obtain<G>(
+        &self,
+        rng: &mut Rng,
+        side: &Side,
+        try_now: impl FnOnce() -> Option<G>,
+        timed: impl FnOnce(Duration) -> Option<G>,
+    ) -> Option<G> {
         let t0 = Instant::now();
-        let g = if rng.percent(20) {
-            match self.lock.try_read() {
-                Some(g) => g,
-                None => {
-                    self.bump(st::TRY_FAIL);
-                    std::thread::sleep(Duration::from_micros(rng.below(500)));
-                    return;
-                }
+        let g = if rng.percent(side.try_percent) {
+            let g = try_now();
+            if g.is_none() {
+                self.bump(st::TRY_FAIL);
+                std::thread::sleep(Duration::from_micros(rng.below(500)));
             }
+            g
         } else {
-            match self.lock.read_timeout(WEDGE) {
-                Some(g) => g,
-                None => {
-                    self.violate(
-                        "R3 wedged",
-                        format_args!("read lock not obtained within {WEDGE:?}"),
-                    );
-                    return;
-                }
+            let g = timed(WEDGE);
+            if g.is_none() {
+                let kind = side.kind;
+                self.violate(
+                    side.wedged,
+                    format_args!("{kind} lock not obtained within {WEDGE:?}"),
+                );
             }
-        };
+            g
+        }?;
         let waited = t0.elapsed().as_micros() as u64;
         self.stats
-            .word(st::MAX_READ_WAIT_US)
+            .word(side.max_wait)
             .fetch_max(waited, Ordering::Relaxed);
+        Some(g)
+    }
+
+    fn read_section(&self, rng: &mut Rng) {
+        let lock = self.lock;
+        let Some(g) = self.obtain(rng, &READ, || lock.try_read(), |t| lock.read_timeout(t)) else {
+            return;
+        };
         self.set_state(READING);
         let start = now_ns();
         let v = g.get();
@@ -195,32 +234,11 @@ impl Worker<'_> {
     }
 
     fn write_section(&self, rng: &mut Rng) {
-        let t0 = Instant::now();
-        let g = if rng.percent(15) {
-            match self.lock.try_write() {
-                Some(g) => g,
-                None => {
-                    self.bump(st::TRY_FAIL);
-                    std::thread::sleep(Duration::from_micros(rng.below(500)));
-                    return;
-                }
-            }
-        } else {
-            match self.lock.write_timeout(WEDGE) {
-                Some(g) => g,
-                None => {
-                    self.violate(
-                        "R4 writer starved",
-                        format_args!("write lock not obtained within {WEDGE:?}"),
-                    );
-                    return;
-                }
-            }
+        let lock = self.lock;
+        let Some(g) = self.obtain(rng, &WRITE, || lock.try_write(), |t| lock.write_timeout(t))
+        else {
+            return;
         };
-        let waited = t0.elapsed().as_micros() as u64;
-        self.stats
-            .word(st::MAX_WRITE_WAIT_US)
-            .fetch_max(waited, Ordering::Relaxed);
         self.set_state(WRITING);
         let start = now_ns();
         let token = g.token();

@@ -20,7 +20,7 @@ use std::time::Duration;
 use cxc::SharedSemaphore;
 use cxc_mmf::identity::{ProcStatus, proc_status};
 
-use super::control::{Ctx, stat};
+use super::control::{Ctx, Stat};
 use super::shm::Words;
 use cxc_testkit::Rng;
 
@@ -109,8 +109,8 @@ impl Records {
     fn check(&self, ctx: &Ctx) {
         match self.in_use() {
             Some(n) => {
-                ctx.bump(stat::S_CHECKS, 1);
-                ctx.max(stat::S_MAX_IN_USE, n);
+                ctx.bump(Stat::SemChecks, 1);
+                ctx.max(Stat::SemMaxInUse, n);
                 if n > self.max {
                     ctx.violate(
                         "S1 max permits",
@@ -121,7 +121,7 @@ impl Records {
                     );
                 }
             }
-            None => ctx.bump(stat::S_CHECK_SKIPPED, 1),
+            None => ctx.bump(Stat::SemCheckSkipped, 1),
         }
     }
 }
@@ -155,7 +155,7 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize) -> Result<(), String> {
         main.store(pack(me.0, version, count as u64), Ordering::SeqCst);
     };
     while !ctx.stopping() {
-        ctx.bump(stat::S_OPS, 1);
+        ctx.bump(Stat::SemOps, 1);
         let want = if rng.percent(20) { 2 } else { 1 };
         let mut permits = Vec::with_capacity(2);
         for _ in 0..want {
@@ -169,10 +169,10 @@ pub(crate) fn worker(ctx: &Ctx, mut rng: Rng, id: usize) -> Result<(), String> {
                     permits.push(p);
                     // After the acquire: the record never over-counts.
                     set(permits.len());
-                    ctx.bump(stat::S_ACQUIRED, 1);
+                    ctx.bump(Stat::SemAcquired, 1);
                     records.check(ctx);
                 }
-                None => ctx.bump(stat::S_TIMEOUTS, 1),
+                None => ctx.bump(Stat::SemTimeouts, 1),
             }
         }
         let hold = match rng.below(100) {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
 
-use super::control::{self, Ctx, stat};
+use super::control::{self, Ctx, Stat};
 use super::opts::{LeaseMode, Options, Role, WorkerOptions};
 use super::{cell, heartbeat, lease, rwlock, semaphore};
 use cxc_testkit::Rng;
@@ -101,7 +101,7 @@ impl Supervisor {
     /// threads, or both), drawn again for every incarnation.
     fn spawn(&mut self, role: Role, id: usize, inc: u64) -> Result<(Child, LeaseMode), String> {
         let mode = match role {
-            Role::Lease => LeaseMode::ALL[self.rng.below(LeaseMode::ALL.len() as u64) as usize],
+            Role::Lease => LeaseMode::all()[self.rng.below(LeaseMode::all().len() as u64) as usize],
             _ => LeaseMode::Plain,
         };
         let child = self.spawn_with(role, id, inc, false, mode)?;
@@ -318,10 +318,10 @@ impl Supervisor {
         format!(
             "torture: {:>4}s  ops lease={} heartbeat={} semaphore={} cell={} rwlock={rw_ops}  kills={kills} pauses={pauses}  violations={}",
             elapsed.as_secs(),
-            self.ctx.stat(stat::L_OPS),
-            self.ctx.stat(stat::H_OPS),
-            self.ctx.stat(stat::S_OPS),
-            self.ctx.stat(stat::C_OPS),
+            self.ctx.stat(Stat::LeaseOps),
+            self.ctx.stat(Stat::HbOps),
+            self.ctx.stat(Stat::SemOps),
+            self.ctx.stat(Stat::CellOps),
             self.ctx.violations()
         )
     }
@@ -451,31 +451,21 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     if has(Role::Rwlock) {
         rwlock::setup(&dir, opts.procs)?;
     }
-    let mut lease_mon = if has(Role::Lease) {
-        Some(lease::Monitor::open(&dir)?)
-    } else {
-        None
-    };
-    let mut watch = if has(Role::Heartbeat) {
-        Some(heartbeat::Watch::open(&dir)?)
-    } else {
-        None
-    };
-    let mut sem_mon = if has(Role::Semaphore) {
-        Some(semaphore::Monitor::open(&dir)?)
-    } else {
-        None
-    };
-    let mut cell_mon = if has(Role::Cell) {
-        Some(cell::Monitor::open(&dir)?)
-    } else {
-        None
-    };
-    let mut rw_mon = if has(Role::Rwlock) {
-        Some(rwlock::Monitor::open(&dir)?)
-    } else {
-        None
-    };
+    let mut lease_mon = has(Role::Lease)
+        .then(|| lease::Monitor::open(&dir))
+        .transpose()?;
+    let mut watch = has(Role::Heartbeat)
+        .then(|| heartbeat::Watch::open(&dir))
+        .transpose()?;
+    let mut sem_mon = has(Role::Semaphore)
+        .then(|| semaphore::Monitor::open(&dir))
+        .transpose()?;
+    let mut cell_mon = has(Role::Cell)
+        .then(|| cell::Monitor::open(&dir))
+        .transpose()?;
+    let mut rw_mon = has(Role::Rwlock)
+        .then(|| rwlock::Monitor::open(&dir))
+        .transpose()?;
 
     let mut sup = Supervisor {
         rng: Rng::derive(opts.seed, 0, 0, 0),
@@ -556,29 +546,20 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     );
     sup.stop_all();
 
-    let lease_report = match has(Role::Lease) {
-        true => {
+    let ctx = &sup.ctx;
+    let lease_report = lease_mon
+        .map(|_| {
             let c = sup.chaos.get(&Role::Lease).copied().unwrap_or_default();
-            Some(lease::final_check(&sup.ctx, c.kills + c.crashes + c.hung)?)
-        }
-        false => None,
-    };
-    let hb_report = match watch.as_mut() {
-        Some(w) => Some(w.finish(&sup.ctx)?),
-        None => None,
-    };
-    let sem_report = match sem_mon.as_mut() {
-        Some(m) => Some(m.final_check(&sup.ctx)?),
-        None => None,
-    };
-    let cell_report = match cell_mon.as_mut() {
-        Some(m) => Some(m.final_check(&sup.ctx)?),
-        None => None,
-    };
-    let rw_report = match rw_mon.as_mut() {
-        Some(m) => Some((m.final_check(&sup.ctx, sup.opts.procs)?, m.figures())),
-        None => None,
-    };
+            lease::final_check(ctx, c.kills + c.crashes + c.hung)
+        })
+        .transpose()?;
+    let hb_report = watch.as_mut().map(|w| w.finish(ctx)).transpose()?;
+    let sem_report = sem_mon.as_mut().map(|m| m.final_check(ctx)).transpose()?;
+    let cell_report = cell_mon.as_mut().map(|m| m.final_check(ctx)).transpose()?;
+    let rw_report = rw_mon
+        .as_mut()
+        .map(|m| Ok::<_, String>((m.final_check(ctx, sup.opts.procs)?, m.figures())))
+        .transpose()?;
     let reports = Reports {
         lease: lease_report,
         hb: hb_report,
@@ -639,11 +620,11 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
     );
     let count = |role: Role| {
         ctx.stat(match role {
-            Role::Lease => stat::V_LEASE,
-            Role::Heartbeat => stat::V_HEARTBEAT,
-            Role::Semaphore => stat::V_SEMAPHORE,
-            Role::Cell => stat::V_CELL,
-            Role::Rwlock => stat::V_RWLOCK,
+            Role::Lease => Stat::LeaseViolations,
+            Role::Heartbeat => Stat::HbViolations,
+            Role::Semaphore => Stat::SemViolations,
+            Role::Cell => Stat::CellViolations,
+            Role::Rwlock => Stat::RwlockViolations,
         })
     };
     let mut total = Chaos::default();
@@ -652,21 +633,21 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
         let c = sup.chaos.get(&role).copied().unwrap_or_default();
         let (ops, takeovers, reclaims) = match role {
             Role::Lease => (
-                ctx.stat(stat::L_OPS),
+                ctx.stat(Stat::LeaseOps),
                 lease.as_ref().map_or(0, |r| r.takeovers),
                 None,
             ),
             Role::Heartbeat => (
-                ctx.stat(stat::H_OPS),
+                ctx.stat(Stat::HbOps),
                 hb.as_ref().map_or(0, |r| r.dead_slots),
                 Some(hb.as_ref().map_or(0, |r| r.reclaimed_bits)),
             ),
             Role::Semaphore => (
-                ctx.stat(stat::S_OPS),
+                ctx.stat(Stat::SemOps),
                 0,
                 Some(sem.as_ref().map_or(0, |r| r.reclaimed_permits)),
             ),
-            Role::Cell => (ctx.stat(stat::C_OPS), ctx.stat(stat::C_TAKEOVERS), None),
+            Role::Cell => (ctx.stat(Stat::CellOps), ctx.stat(Stat::CellTakeovers), None),
             Role::Rwlock => rw.as_ref().map_or((0, 0, Some(0)), |(r, _)| {
                 (
                     r.reads + r.writes,
@@ -716,17 +697,17 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
             "lease: {} claims ({} failed), {} owner writes + {} with_lease accepted, {} logged, final seq {}; \
              {} ops refused as fenced ({} by holders resumed after > grace), {} stale entries, {} A-B-A stale-claim probes; \
              {} torn-claim inheritances seen by workers; holder kills {} ({} inside a write, {} followed by identity churn) / pauses {} ({} inside a write); partial log records {}",
-            ctx.stat(stat::L_CLAIMS),
-            ctx.stat(stat::L_CLAIM_FAIL),
-            ctx.stat(stat::L_WRITES),
-            ctx.stat(stat::L_WITH_LEASE),
+            ctx.stat(Stat::LeaseClaims),
+            ctx.stat(Stat::LeaseClaimFail),
+            ctx.stat(Stat::LeaseWrites),
+            ctx.stat(Stat::LeaseWithLease),
             r.logged,
             r.final_seq,
-            ctx.stat(stat::L_FENCED),
-            ctx.stat(stat::L_RESUMED_FENCED),
-            ctx.stat(stat::L_STALE_ENTRY),
-            ctx.stat(stat::L_STALE_PROBES),
-            ctx.stat(stat::L_TORN_CLAIMS),
+            ctx.stat(Stat::LeaseFenced),
+            ctx.stat(Stat::LeaseResumedFenced),
+            ctx.stat(Stat::LeaseStaleEntry),
+            ctx.stat(Stat::LeaseStaleProbes),
+            ctx.stat(Stat::LeaseTornClaims),
             c.holder_kills,
             c.write_kills,
             c.churns,
@@ -737,8 +718,8 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
         let _ = writeln!(
             s,
             "  sibling releases by pid: {} ({} while the sibling was writing); claim_dead_owner {} (at most {}: lease processes that died)",
-            ctx.stat(stat::L_SIB_RELEASES),
-            ctx.stat(stat::L_SIB_RELEASES_WRITING),
+            ctx.stat(Stat::LeaseSibReleases),
+            ctx.stat(Stat::LeaseSibReleasesWriting),
             counter_of(&r.counters, "claim_dead_owner"),
             r.deaths,
         );
@@ -777,9 +758,9 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
             r.reclaimed_bits,
             r.requeued,
             r.empty_bits,
-            ctx.stat(stat::H_REGISTER),
-            ctx.stat(stat::H_FENCED),
-            ctx.stat(stat::H_REJECTED),
+            ctx.stat(Stat::HbRegister),
+            ctx.stat(Stat::HbFenced),
+            ctx.stat(Stat::HbRejected),
         );
         let _ = writeln!(s, "  heartbeat counters: {}", fmt_counters(&r.counters));
     }
@@ -790,11 +771,11 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
              {} permits reclaimed from dead holders ({} by the final reclaim_dead); final available {}/{}; \
              overflow_rejected {}, over_held {}",
             r.max_permits,
-            ctx.stat(stat::S_ACQUIRED),
-            ctx.stat(stat::S_TIMEOUTS),
-            ctx.stat(stat::S_CHECKS),
-            ctx.stat(stat::S_CHECK_SKIPPED),
-            ctx.stat(stat::S_MAX_IN_USE),
+            ctx.stat(Stat::SemAcquired),
+            ctx.stat(Stat::SemTimeouts),
+            ctx.stat(Stat::SemChecks),
+            ctx.stat(Stat::SemCheckSkipped),
+            ctx.stat(Stat::SemMaxInUse),
             r.reclaimed_permits,
             r.final_reclaimed,
             r.final_available,
@@ -837,7 +818,7 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
         s,
         "violations: {} (worker crashes: {crashes}, other: {})",
         ctx.violations(),
-        ctx.stat(stat::V_OTHER)
+        ctx.stat(Stat::OtherViolations)
     );
     s
 }
@@ -847,12 +828,12 @@ fn cell_summary(ctx: &Ctx, s: String, r: &cell::Report) -> String {
     let line = format!(
         "cell: {} stores, {} updates ({} refused as superseded: another writer published first), {} loads checked; \
          {} takeovers of dead or stalled writers; {} supervisor checks, {} supervisor stores (slowest {:?}, final {:?}), {} supervisor updates (slowest {:?})\n  cell counters: {}\n",
-        ctx.stat(stat::C_STORES),
-        ctx.stat(stat::C_UPDATES),
-        ctx.stat(stat::C_SUPERSEDED),
-        ctx.stat(stat::C_LOADS),
-        ctx.stat(stat::C_TAKEOVERS),
-        ctx.stat(stat::C_CHECKS),
+        ctx.stat(Stat::CellStores),
+        ctx.stat(Stat::CellUpdates),
+        ctx.stat(Stat::CellSuperseded),
+        ctx.stat(Stat::CellLoads),
+        ctx.stat(Stat::CellTakeovers),
+        ctx.stat(Stat::CellChecks),
         r.supervisor_stores,
         r.slowest_store,
         r.final_store,

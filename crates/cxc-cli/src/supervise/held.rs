@@ -1,0 +1,210 @@
+//! A command run on a held claim, shared by `lease run`, `sem run` and `rwlock run`.
+//!
+//! A *shared* hold (a permit, a read lock) does not expire: the keeper only waits for the
+//! command's group. An *exclusive* hold (the lease, the write lock) is renewed while the
+//! command runs and carries a [`Record`] in its payload: a tag, a run counter and the
+//! process group of the command running on it (0: none). The group is recorded after the
+//! command started and cleared once it is gone; a run that finds a group recorded (its
+//! keeper was SIGKILLed, or stopped past the grace and evicted) terminates that group
+//! before running its own command.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use super::{Ended, Parent, Signals, Waiting, group_alive, spawn, supervise, terminate_group};
+use crate::{CliError, EXIT_LEASE_LOST};
+
+/// The run record an exclusive run keeps in its claim's `u64` payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// Exclusive runs so far (24 bits, wrapping).
+    pub(crate) runs: u64,
+    /// The process group of the command running on the claim.
+    pub(crate) pgid: Option<u32>,
+}
+
+const TAG: u64 = 0xC5 << 56;
+const TAG_MASK: u64 = 0xFF << 56;
+
+impl Record {
+    /// The record in `payload`; a payload not written by a run (no tag) counts no runs
+    /// and names no group.
+    pub(crate) fn decode(payload: u64) -> Record {
+        if payload & TAG_MASK == TAG {
+            Record {
+                runs: (payload >> 32) & 0xFF_FFFF,
+                pgid: Some(payload as u32).filter(|p| *p != 0),
+            }
+        } else {
+            Record {
+                runs: 0,
+                pgid: None,
+            }
+        }
+    }
+
+    /// The payload holding this record.
+    pub(crate) fn encode(self) -> u64 {
+        TAG | ((self.runs & 0xFF_FFFF) << 32) | u64::from(self.pgid.unwrap_or(0))
+    }
+}
+
+/// Terminates the group `recorded` names if it is not ours and still has live members:
+/// its run's keeper is gone or was evicted, so nothing else will.
+fn end_orphan(what: &str, recorded: Option<u32>) {
+    let own_group = rustix::process::getpgrp().as_raw_pid().unsigned_abs();
+    if let Some(pgid) = recorded.filter(|p| *p != own_group)
+        && group_alive(pgid)
+    {
+        eprintln!(
+            "cxc: {what}: the previous exclusive command (process group {pgid}) outlived its \
+             claim; terminating it before running"
+        );
+        terminate_group(pgid);
+    }
+}
+
+/// A keeper: it waits for its claim, then runs its command on it.
+pub(crate) struct Keeper<'a> {
+    pub(crate) waiting: &'a Waiting,
+    pub(crate) parent: &'a Parent,
+    pub(crate) signals: &'a Signals,
+}
+
+impl Keeper<'_> {
+    /// Takes the claim as the waiting options say (see [`Waiting::acquire`]).
+    pub(crate) fn acquire<T>(
+        &self,
+        what: &str,
+        try_now: impl FnOnce() -> Option<T>,
+        wait_for: impl FnMut(Duration) -> Option<T>,
+    ) -> Result<T, CliError> {
+        self.waiting
+            .acquire(what, self.parent, self.signals, try_now, wait_for)
+    }
+
+    /// Runs the command on a shared hold that needs no renewal and returns the exit code
+    /// to report; `payload` (if the claim has one) may name an orphaned exclusive group,
+    /// which is terminated first. The caller releases the hold after.
+    pub(crate) fn run_shared(
+        &self,
+        what: &str,
+        payload: Option<u64>,
+        env: &[(&str, OsString)],
+    ) -> Result<u8, CliError> {
+        if let Some(p) = payload {
+            end_orphan(what, Record::decode(p).pgid);
+        }
+        let running = spawn(&self.waiting.argv(), env)?;
+        // Shared holds do not expire: nothing to renew.
+        let period = Duration::from_secs(1);
+        match supervise(running, self.parent, self.signals, period, &mut || true) {
+            Ended::Exited(code) => Ok(code),
+            Ended::WrapperDied | Ended::Lost => Ok(EXIT_LEASE_LOST),
+        }
+    }
+
+    /// Runs the command on an exclusive hold, renewed every `period`: ends an orphaned
+    /// group the record names, records the command's group while it runs, and returns
+    /// the exit code to report, or the error `lost` words (exit 75) if the claim was lost
+    /// meanwhile.
+    pub(crate) fn run_exclusive(
+        &self,
+        what: &str,
+        hold: &dyn ExclusiveHold,
+        env: &[(&str, OsString)],
+        period: Duration,
+        lost: &str,
+    ) -> Result<u8, CliError> {
+        let prev = Record::decode(hold.payload().unwrap_or(0));
+        end_orphan(what, prev.pgid);
+        let runs = prev.runs + 1;
+        let token = hold.fencing_token();
+        let mut env = env.to_vec();
+        env.push(("CXC_FENCING_TOKEN", token.to_string().into()));
+        let record = |pgid| Record { runs, pgid }.encode();
+        let running = match spawn(&self.waiting.argv(), &env) {
+            Ok(r) => r,
+            Err(e) => {
+                hold.set_payload(record(None));
+                return Err(e);
+            }
+        };
+        hold.set_payload(record(Some(running.pgid)));
+        match supervise(running, self.parent, self.signals, period, &mut || {
+            hold.renew()
+        }) {
+            Ended::Exited(code) => {
+                hold.set_payload(record(None));
+                Ok(code)
+            }
+            Ended::WrapperDied => {
+                hold.set_payload(record(None));
+                Ok(EXIT_LEASE_LOST)
+            }
+            Ended::Lost => Err(CliError {
+                code: EXIT_LEASE_LOST,
+                msg: format!(
+                    "{what} lost (token {token} {lost}); the command's process group was terminated"
+                ),
+            }),
+        }
+    }
+}
+
+/// The claim of an exclusive run, as [`Keeper::run_exclusive`] uses it.
+pub(crate) trait ExclusiveHold {
+    /// The claim's payload (`None`: unreadable, e.g. a torn write).
+    fn payload(&self) -> Option<u64>;
+    /// Writes the claim's payload (best effort: a lost claim refuses it).
+    fn set_payload(&self, v: u64);
+    /// Shows progress; `false` once the claim is lost.
+    fn renew(&self) -> bool;
+    /// The fencing token of the claim.
+    fn fencing_token(&self) -> u64;
+}
+
+/// [`ExclusiveHold`] for a guard with `read`, `write` and `token`, renewed by `$renew`.
+macro_rules! exclusive_hold {
+    ($guard:ty, $renew:expr) => {
+        impl ExclusiveHold for $guard {
+            fn payload(&self) -> Option<u64> {
+                self.read().ok()
+            }
+
+            fn set_payload(&self, v: u64) {
+                let _ = self.write(v);
+            }
+
+            fn renew(&self) -> bool {
+                let renew: fn(&Self) -> bool = $renew;
+                renew(self)
+            }
+
+            fn fencing_token(&self) -> u64 {
+                self.token()
+            }
+        }
+    };
+}
+
+// The lease: a beat, and the claim still current (a takeover after a stop shows here).
+exclusive_hold!(cxc::LeaseGuard<'_, u64>, |g| g.beat().is_ok()
+    && g.is_current());
+// The write lock: a beat (an evicted writer's beat is refused).
+exclusive_hold!(cxc::WriteGuard<'_, u64>, |g| g.beat().is_ok());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_and_foreign_payloads_name_no_group() {
+        let r = |runs, pgid| Record { runs, pgid };
+        assert_eq!(Record::decode(r(7, Some(1234)).encode()), r(7, Some(1234)));
+        assert_eq!(Record::decode(r(8, None).encode()), r(8, None));
+        assert_eq!(Record::decode(r(1 << 24, None).encode()), r(0, None));
+        assert_eq!(Record::decode(0), r(0, None));
+        assert_eq!(Record::decode(1234), r(0, None));
+    }
+}
