@@ -44,37 +44,40 @@ impl<'a> HeaderWords<'a> {
     }
 
     /// Checksum of the header bytes before the init-state word: FNV-1a over the fields'
-    /// native bytes, in file order (padding included). No allocation: it also runs in a
-    /// forked child before `exec`, where another thread may have held the allocator's lock.
+    /// native bytes, in file order (padding included), taken as the 8-byte words they
+    /// fill. No allocation: it also runs in a forked child before `exec`, where another
+    /// thread may have held the allocator's lock.
     pub(super) fn checksum(self) -> u64 {
         let h = self.0;
-        let mut bytes = [0u8; off::INIT_STATE];
-        let mut at = 0;
-        let mut put = |b: &[u8]| {
-            bytes[at..at + b.len()].copy_from_slice(b);
-            at += b.len();
+        let u64_at = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // Two adjacent `u32` fields as the 8 bytes they fill.
+        let pair = |lo: &AtomicU32, hi: &AtomicU32| {
+            let (lo, hi) = (lo.load(Ordering::Relaxed), hi.load(Ordering::Relaxed));
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&lo.to_ne_bytes());
+            b[4..].copy_from_slice(&hi.to_ne_bytes());
+            u64::from_ne_bytes(b)
         };
-        let w32 = |a: &AtomicU32| a.load(Ordering::Relaxed).to_ne_bytes();
-        let w64 = |a: &AtomicU64| a.load(Ordering::Relaxed).to_ne_bytes();
-        put(&w64(&h.magic));
-        put(&w32(&h.version));
-        put(&w32(&h.endian));
-        put(&w32(&h.kind));
-        put(&w32(&h.header_len));
-        put(&w64(&h.total_len));
-        put(&w32(&h.head_size));
-        put(&w32(&h.slot_size));
-        put(&w64(&h.capacity));
-        put(&w32(&h.payload_size));
-        put(&w32(&h.payload_align));
-        put(&w64(&h.type_hash));
-        for p in &h.params {
-            put(&w64(p));
+        let words: [u64; off::INIT_STATE / 8] = [
+            u64_at(&h.magic),
+            pair(&h.version, &h.endian),
+            pair(&h.kind, &h.header_len),
+            u64_at(&h.total_len),
+            pair(&h.head_size, &h.slot_size),
+            u64_at(&h.capacity),
+            pair(&h.payload_size, &h.payload_align),
+            u64_at(&h.type_hash),
+            u64_at(&h.params[0]),
+            u64_at(&h.params[1]),
+            u64_at(&h.params[2]),
+            u64_at(&h.params[3]),
+            pair(&h.creator_pid, &h._pad0),
+            u64_at(&h.creator_start),
+        ];
+        let mut bytes = [0u8; off::INIT_STATE];
+        for (chunk, w) in bytes.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_ne_bytes());
         }
-        put(&w32(&h.creator_pid));
-        put(&w32(&h._pad0));
-        put(&w64(&h.creator_start));
-        debug_assert_eq!(at, off::INIT_STATE);
         fnv1a(&bytes)
     }
 

@@ -176,13 +176,7 @@ impl LeaseState {
                             return None;
                         }
                     }
-                    if let Some(s) = cur.stage() {
-                        self.qowner[s].fetch_max(
-                            quarantine_tag(self.full_generation(cur.0), cur.holder()),
-                            Ordering::AcqRel,
-                        );
-                        next = next.with_quarantined(s);
-                    }
+                    next = self.quarantine_stage(cur, next);
                 }
             }
             let next = next
@@ -202,14 +196,8 @@ impl LeaseState {
             if self.heartbeat.load(Ordering::Relaxed) < now {
                 self.heartbeat.fetch_max(now, Ordering::Relaxed);
             }
-            match self
-                .claim
-                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if next.quarantine() != cur.quarantine() {
-                        self.bump(counter::QUARANTINED, 1);
-                    }
+            match self.install(cur, next) {
+                Ok(()) => {
                     self.note_claim(next, reason, torn, now);
                     return Some(Granted {
                         word: next.0,
@@ -218,11 +206,36 @@ impl LeaseState {
                     });
                 }
                 Err(actual) => {
-                    cur = Word(actual);
+                    cur = actual;
                     spin_hint();
                 }
             }
         }
+    }
+
+    /// `next` with `cur`'s staging buffer (if any) put into quarantine: its record is
+    /// raised to `cur`'s claim first (`fetch_max`), so the Q bit set in the same CAS
+    /// that installs `next` always has a record naming the superseded writer (L7).
+    fn quarantine_stage(&self, cur: Word, next: Word) -> Word {
+        let Some(s) = cur.stage() else { return next };
+        self.qowner[s].fetch_max(
+            quarantine_tag(self.full_generation(cur.0), cur.holder()),
+            Ordering::AcqRel,
+        );
+        next.with_quarantined(s)
+    }
+
+    /// One CAS of the claim word from `cur` to `next`, counting a new quarantine.
+    /// `Err(actual)`: the word was not `cur`.
+    #[inline(always)]
+    fn install(&self, cur: Word, next: Word) -> Result<(), Word> {
+        self.claim
+            .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
+            .map_err(Word)?;
+        if next.quarantine() != cur.quarantine() {
+            self.bump(counter::QUARANTINED, 1);
+        }
+        Ok(())
     }
 
     #[inline(always)]
@@ -321,27 +334,15 @@ impl LeaseState {
                 return false;
             }
             let mut next = cur.vacated();
-            if (cur.writing() || (cur.private() && !by_guard))
-                && let Some(s) = cur.stage()
-            {
-                self.qowner[s].fetch_max(
-                    quarantine_tag(self.full_generation(cur.0), cur.holder()),
-                    Ordering::AcqRel,
-                );
-                next = next.with_quarantined(s);
+            if cur.writing() || (cur.private() && !by_guard) {
+                next = self.quarantine_stage(cur, next);
             }
-            match self
-                .claim
-                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if next.quarantine() != cur.quarantine() {
-                        self.bump(counter::QUARANTINED, 1);
-                    }
+            match self.install(cur, next) {
+                Ok(()) => {
                     self.wake_waiters();
                     return true;
                 }
-                Err(actual) => cur = Word(actual),
+                Err(actual) => cur = actual,
             }
         }
     }

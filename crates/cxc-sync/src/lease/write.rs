@@ -88,32 +88,7 @@ impl LeaseState {
             cur = self.stage_for(id)?;
         }
         self.fill(cur, words, n);
-        let mut at = cur;
-        loop {
-            let next = at.published_swap();
-            match self
-                .claim
-                .compare_exchange(at.0, next.0, Ordering::SeqCst, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if self.torn.load(Ordering::Relaxed) == id {
-                        let _ =
-                            self.torn
-                                .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
-                        self.bump(counter::TORN_RESTORED, 1);
-                    }
-                    return Ok(next);
-                }
-                Err(actual) if Word(actual).sans_quarantine() == cur.sans_quarantine() => {
-                    at = Word(actual);
-                }
-                Err(_) => {
-                    self.bump(counter::STALE_OP_REJECTED, 1);
-                    self.free_own_quarantine(cur);
-                    return Err(WriteRefused::Lost);
-                }
-            }
-        }
+        self.publish_word(cur, false).ok_or(WriteRefused::Lost)
     }
 
     /// Gives the (private) claim `id` a staging buffer: a free one, after reaping the
@@ -261,70 +236,62 @@ impl LeaseState {
     /// [`publish`](Self::publish), returning the claim word it installed.
     #[inline]
     pub(crate) fn publish_word(&self, word: Word, release: bool) -> Option<Word> {
-        let mut cur = word;
-        loop {
-            let next = if release {
-                cur.published_swap().vacated()
-            } else {
-                cur.published_swap()
-            };
-            match self
-                .claim
-                .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    let id = word.id();
-                    if self.torn.load(Ordering::Relaxed) == id {
-                        let _ =
-                            self.torn
-                                .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
-                        self.bump(counter::TORN_RESTORED, 1);
-                    }
-                    if release {
-                        self.wake_waiters();
-                    }
-                    return Some(next);
-                }
-                // Only the quarantine bits changed (another writer freed its buffer).
-                Err(actual) if Word(actual).sans_quarantine() == word.sans_quarantine() => {
-                    cur = Word(actual);
-                }
-                Err(_) => {
-                    self.bump(counter::STALE_OP_REJECTED, 1);
-                    self.free_own_quarantine(word);
-                    return None;
-                }
-            }
+        let Some(next) = self.end_write(word, |c| {
+            let swapped = c.published_swap();
+            if release { swapped.vacated() } else { swapped }
+        }) else {
+            self.bump(counter::STALE_OP_REJECTED, 1);
+            return None;
+        };
+        let id = word.id();
+        if self.torn.load(Ordering::Relaxed) == id {
+            let _ = self
+                .torn
+                .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Relaxed);
+            self.bump(counter::TORN_RESTORED, 1);
         }
+        if release {
+            self.wake_waiters();
+        }
+        Some(next)
     }
 
     /// Abandons a write (no publication): clears WRITE if the claim is still `word`, and
     /// with `release` also releases the claim. If the claim was superseded meanwhile,
     /// frees this writer's quarantined buffer.
     pub(crate) fn abort_write(&self, word: Word, release: bool) {
+        let ended = self.end_write(word, |c| {
+            if release {
+                c.vacated()
+            } else {
+                c.with_write(false)
+            }
+        });
+        if ended.is_some() && release {
+            self.wake_waiters();
+        }
+    }
+
+    /// Ends a write of the claim `word`: installs `finish(cur)` while the claim word is
+    /// `word` up to its quarantine bits (another writer may free its buffer meanwhile) and
+    /// returns it. `None` if the claim was superseded or released meanwhile: then this
+    /// writer's quarantined buffer is freed (it will store nothing more into it).
+    #[inline(always)]
+    fn end_write(&self, word: Word, finish: impl Fn(Word) -> Word) -> Option<Word> {
         let mut cur = word;
         loop {
-            let next = if release {
-                cur.vacated()
-            } else {
-                cur.with_write(false)
-            };
+            let next = finish(cur);
             match self
                 .claim
                 .compare_exchange(cur.0, next.0, Ordering::SeqCst, Ordering::Acquire)
             {
-                Ok(_) => {
-                    if release {
-                        self.wake_waiters();
-                    }
-                    return;
-                }
+                Ok(_) => return Some(next),
                 Err(actual) if Word(actual).sans_quarantine() == word.sans_quarantine() => {
                     cur = Word(actual);
                 }
                 Err(_) => {
                     self.free_own_quarantine(word);
-                    return;
+                    return None;
                 }
             }
         }
