@@ -150,21 +150,12 @@ impl LeaseState {
             if self.slot_referenced(holder) || liveness(&owner) != Liveness::Dead {
                 continue;
             }
-            if slot
-                .state
-                .compare_exchange(s, BUSY, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
+            // (A takeover may quarantine a buffer of this process until the slot is BUSY;
+            // nothing else can create a reference to a dead process.)
+            if self.seize_unreferenced(holder, s) {
+                slot.fill(s, pid, me);
+                return Some(holder);
             }
-            // Re-check under BUSY: a takeover may have quarantined a buffer of this
-            // process meanwhile (nothing else can create a reference to a dead process).
-            if self.slot_referenced(holder) {
-                slot.state.store(s, Ordering::Release);
-                continue;
-            }
-            slot.fill(s, pid, me);
-            return Some(holder);
         }
         None
     }
@@ -203,18 +194,30 @@ impl LeaseState {
         if slot.handles.fetch_sub(1, Ordering::AcqRel) != 1 || self.slot_referenced(holder) {
             return;
         }
+        if self.seize_unreferenced(holder, s) {
+            slot.state.store(0, Ordering::Release);
+        }
+    }
+
+    /// Takes slot `holder` (whose state word was `s`) to BUSY if nothing refers to it,
+    /// re-checking under BUSY (a reference made before then puts `s` back). Returns
+    /// whether the caller now owns the slot.
+    fn seize_unreferenced(&self, holder: u8, s: u64) -> bool {
+        let Some(slot) = self.slot(holder) else {
+            return false;
+        };
         if slot
             .state
             .compare_exchange(s, BUSY, Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
-            return;
+            return false;
         }
         if self.slot_referenced(holder) {
             slot.state.store(s, Ordering::Release);
-        } else {
-            slot.state.store(0, Ordering::Release);
+            return false;
         }
+        true
     }
 
     /// Whether the claim word or a quarantine record refers to slot `holder`.

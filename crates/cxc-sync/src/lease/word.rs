@@ -100,11 +100,12 @@ impl Word {
 
     #[inline]
     pub(crate) fn with_private(self, on: bool) -> Word {
-        if on {
-            Word(self.0 | PRIVATE_BIT)
-        } else {
-            Word(self.0 & !PRIVATE_BIT)
-        }
+        self.with_bit(PRIVATE_BIT, on)
+    }
+
+    #[inline]
+    fn with_bit(self, bit: u64, on: bool) -> Word {
+        Word(if on { self.0 | bit } else { self.0 & !bit })
     }
 
     #[inline]
@@ -148,11 +149,7 @@ impl Word {
 
     #[inline]
     pub(crate) fn with_write(self, on: bool) -> Word {
-        if on {
-            Word(self.0 | WRITE_BIT)
-        } else {
-            Word(self.0 & !WRITE_BIT)
-        }
+        self.with_bit(WRITE_BIT, on)
     }
 
     #[inline]

@@ -215,27 +215,14 @@ fn from_words<T: FromBytes, const W: usize>(words: &[u64; W]) -> T {
 /// monomorphization: `words_for` is a constant per `T`).
 macro_rules! with_words {
     ($t:ty, $w:ident => $body:expr) => {
-        match words_for::<$t>() {
-            0 | 1 => {
-                const $w: usize = 1;
+        with_words!(@arms words_for::<$t>(), $w, $body, [1 2 3 4 5])
+    };
+    (@arms $n:expr, $w:ident, $body:expr, [$($k:literal)*]) => {
+        match $n {
+            $(n if n <= $k => {
+                const $w: usize = $k;
                 $body
-            }
-            2 => {
-                const $w: usize = 2;
-                $body
-            }
-            3 => {
-                const $w: usize = 3;
-                $body
-            }
-            4 => {
-                const $w: usize = 4;
-                $body
-            }
-            5 => {
-                const $w: usize = 5;
-                $body
-            }
+            })*
             _ => {
                 const $w: usize = PAYLOAD_WORDS;
                 $body
