@@ -193,43 +193,55 @@ fn loom_claim_and_release_from_a_guess() {
     });
 }
 
+/// Pid 20 claims (with `policy` and `grace`) and writes 7 through its claim while
+/// `take` runs beside it (another claimant). Returns whether the write reported success
+/// and what `take` returned (its claim, if it got one).
+fn write_beside(
+    policy: Policy,
+    grace: u64,
+    take: impl FnOnce(&LeaseState) -> Option<super::LeaseClaim> + Send + 'static,
+) -> (Arc<LeaseState>, bool, Option<super::LeaseClaim>) {
+    let s = Arc::new(LeaseState::new());
+    let (c1, _) = claim(&s, policy, 20, grace, false).unwrap();
+    let t1 = on(s.clone(), move |s1| {
+        s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
+            .is_ok()
+    });
+    let t2 = on(s.clone(), move |s2| take(s2));
+    let wrote = t1.join().unwrap();
+    let got = t2.join().unwrap();
+    (s, wrote, got)
+}
+
+/// The payload `taker` reads after a write that reported `wrote`: the written value if it
+/// succeeded, the earlier one if it failed (a failed write is never visible), never torn.
+/// Without a takeover, the write must have succeeded.
+fn assert_write_outcome(s: &LeaseState, wrote: bool, taker: Option<super::LeaseClaim>) {
+    let Some(c2) = taker else {
+        // The takeover gave up while the live holder was writing.
+        assert!(wrote, "neither the write nor the takeover happened");
+        return;
+    };
+    let read = s
+        .read_if(PAYLOAD_WORDS, |w| w.id() == c2.id)
+        .expect("the holder can read");
+    let expected = if wrote { words(7) } else { words(0) };
+    assert_eq!(
+        read, expected,
+        "write reported {wrote}: the next holder must read exactly its outcome"
+    );
+}
+
 /// L2 + L4: a holder writes while a lower pid preempts. A write reported successful is
 /// the value the new holder reads; a write reported failed is never visible; the value
 /// is never torn.
 #[test]
 fn loom_write_vs_preemption() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, _) = claim(&s, LOWER, 20, 3, false).unwrap();
-        let t1 = on(s.clone(), move |s1| {
-            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
-                .is_ok()
+        let (s, wrote, got) = write_beside(LOWER, 3, |s2| {
+            claim(s2, LOWER, 10, 3, false).map(|(c, _)| c)
         });
-        let t2 = on(s.clone(), move |s2| {
-            let c2 = claim(s2, LOWER, 10, 3, false);
-            c2.map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w.id() == c.id)))
-        });
-        let wrote = t1.join().unwrap();
-        let got = t2.join().unwrap();
-        if let Some((_, read)) = got {
-            let read = read.expect("the holder can read");
-            assert!(
-                read == words(0) || read == words(7),
-                "torn payload {read:?}"
-            );
-            if wrote {
-                assert_eq!(
-                    read,
-                    words(7),
-                    "a successful write must be visible to the next holder"
-                );
-            } else {
-                assert_eq!(read, words(0), "a failed write was published");
-            }
-        } else {
-            // Preemption gave up while the live holder was writing.
-            assert!(wrote);
-        }
+        assert_write_outcome(&s, wrote, got);
     });
 }
 
@@ -297,18 +309,11 @@ fn loom_writer_dies_mid_write() {
 #[test]
 fn loom_slow_writer_superseded_as_stale() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
-        let t1 = on(s.clone(), move |s1| {
-            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
-                .is_ok()
-        });
-        let t2 = on(s.clone(), move |s2| {
+        let (s, wrote, got) = write_beside(NEVER, 0, |s2| {
             s2.epoch.store(5, Ordering::Release);
             claim(s2, NEVER, 30, 0, false).map(|(c, _)| c)
         });
-        let wrote = t1.join().unwrap();
-        if let Some(c2) = t2.join().unwrap() {
+        if let Some(c2) = got {
             let fin = s.claim.load(Ordering::Acquire);
             assert_eq!(
                 fin & ID_MASK,
@@ -316,15 +321,8 @@ fn loom_slow_writer_superseded_as_stale() {
                 "the superseded writer clobbered the new claim"
             );
             assert_eq!(fin & WRITE_BIT, 0);
-            let read = s.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id).unwrap();
-            if wrote {
-                assert_eq!(read, words(7));
-            } else {
-                assert_eq!(read, words(0), "a failed write was published");
-            }
-        } else {
-            assert!(wrote);
         }
+        assert_write_outcome(&s, wrote, got);
     });
 }
 
