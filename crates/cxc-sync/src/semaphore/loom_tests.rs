@@ -399,7 +399,7 @@ fn release_and_wake(m: &Model, holder: usize) {
 fn loom_no_lost_wakeup() {
     loom::model(|| {
         let m = Model::new(0, 1, 2);
-        let w = on(&m, move |m| wait_for_permit(&m, 1));
+        let w = on(&m, move |m| wait_for_permit(m, 1));
         release_and_wake(&m, 0);
         w.join().unwrap();
         assert_eq!(m.raw(None).available(), 0);
