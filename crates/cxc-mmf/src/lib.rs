@@ -67,4 +67,6 @@ pub use error::{FoundKind, MmfError};
 pub use header::{
     FORMAT_VERSION, HEADER_LEN, HeaderInfo, Kind, Layout, MAGIC, MAX_FILE_LEN, TypeFingerprint,
 };
-pub use region::{AtomicView, CreateOptions, Expect, Mapped, Origin, Snapshot, peek, read_words};
+pub use region::{
+    AtomicView, CreateOptions, Expect, FileSpec, Mapped, Origin, Snapshot, peek, read_words,
+};

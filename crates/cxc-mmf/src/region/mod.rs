@@ -19,6 +19,6 @@ mod validate;
 mod view;
 
 pub use open::peek;
-pub use options::{CreateOptions, Expect, Origin};
+pub use options::{CreateOptions, Expect, FileSpec, Origin};
 pub use snapshot::{Snapshot, read_words};
 pub use view::{AtomicView, Mapped};

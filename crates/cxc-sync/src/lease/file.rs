@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use std::sync::atomic::AtomicU64;
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
+use cxc_mmf::{
+    CreateOptions, Expect, FileSpec, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint,
+};
 use cxc_sidecar::OpCode;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -31,6 +33,15 @@ const PID_WORD_MASK: u64 = (1 << 33) - 1;
 
 /// Size of the lease's fixed block in the file.
 const HEAD_SIZE: u32 = size_of::<LeaseState>() as u32;
+
+/// Lease files, described once for `create`, `open` and `inspect`.
+pub(super) static FILE: FileSpec = FileSpec {
+    kind: Kind::Lease,
+    head_size: HEAD_SIZE,
+    slot_size: 0,
+    max_capacity: 0,
+    check_params,
+};
 /// How often a claimant waiting for a free identity slot looks again.
 pub(super) const SLOT_POLL: Duration = Duration::from_millis(5);
 
@@ -248,14 +259,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             )));
         }
         let (mode, tick) = opts.epoch.encode();
-        Ok(Layout {
-            kind: Kind::Lease,
-            head_size: HEAD_SIZE,
-            slot_size: 0,
-            capacity: 0,
-            payload: TypeFingerprint::of::<T>(),
-            params: [opts.preemption.code(), mode, tick, 0],
-        })
+        Ok(FILE.layout(
+            0,
+            TypeFingerprint::of::<T>(),
+            [opts.preemption.code(), mode, tick, 0],
+        ))
     }
 
     fn create_options(opts: &LeaseOptions) -> CreateOptions {
@@ -266,15 +274,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     pub(super) fn expect() -> Expect<'static> {
-        Expect {
-            kind: Kind::Lease,
-            head_size: HEAD_SIZE,
-            slot_size: 0,
-            capacity: Some(0),
-            max_capacity: 0,
-            payload: TypeFingerprint::of::<T>(),
-            check_params: &check_params,
-        }
+        FILE.expect(Some(0), TypeFingerprint::of::<T>())
     }
 
     fn init(state: &LeaseState, initial: &T) {

@@ -13,7 +13,6 @@ use super::state::{CLAIMED_AT_SHIFT, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, c
 use super::word::Word;
 use crate::epoch::{EpochClock, EpochMode};
 use crate::primitive::Ordering;
-use cxc_mmf::Expect;
 
 /// A snapshot of a lease's state, for tools and diagnostics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +76,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<LeaseStatus, LeaseError> {
             found: u64::from(payload.size),
         }));
     }
-    let expect = Expect {
-        payload,
-        ..OwnerLease::<[u64; PAYLOAD_WORDS]>::expect()
-    };
+    let expect = super::file::FILE.expect(Some(0), payload);
     let mut snap: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;
     for _ in 0..SNAPSHOT_TRIES {
         let next: Snapshot<LeaseState> = Snapshot::read(path, &expect)?;

@@ -4,7 +4,9 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
+use cxc_mmf::{
+    CreateOptions, Expect, FileSpec, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint,
+};
 use cxc_sidecar::{AdaptiveInstance, HandshakeHeader, ObservationRing, OpCode, counter_values};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -14,6 +16,15 @@ use super::{Abandoned, SeqLock, SeqLockError, WriteError, Written};
 
 /// Size of the cell's fixed block (`docs/shared-cell.md`).
 pub(super) const HEAD_SIZE: u32 = size_of::<SeqState>() as u32;
+
+/// Cell files, described once for `create`, `open` and `inspect`.
+pub(super) static FILE: FileSpec = FileSpec {
+    kind: Kind::Cell,
+    head_size: HEAD_SIZE,
+    slot_size: 0,
+    max_capacity: 0,
+    check_params,
+};
 /// Version of the cell protocol, stored in header `params[0]`. Version 1 was built on
 /// the lease's state block; version 2 has its own (`docs/shared-cell.md`).
 const CELL_PROTOCOL: u64 = 2;
@@ -134,26 +145,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedCell<T> {
 
     fn layout() -> Result<Layout, SeqLockError> {
         check_payload::<T>()?;
-        Ok(Layout {
-            kind: Kind::Cell,
-            head_size: HEAD_SIZE,
-            slot_size: 0,
-            capacity: 0,
-            payload: TypeFingerprint::of::<T>(),
-            params: [CELL_PROTOCOL, 0, 0, 0],
-        })
+        Ok(FILE.layout(0, TypeFingerprint::of::<T>(), [CELL_PROTOCOL, 0, 0, 0]))
     }
 
     fn expect() -> Expect<'static> {
-        Expect {
-            kind: Kind::Cell,
-            head_size: HEAD_SIZE,
-            slot_size: 0,
-            capacity: Some(0),
-            max_capacity: 0,
-            payload: TypeFingerprint::of::<T>(),
-            check_params: &check_params,
-        }
+        FILE.expect(Some(0), TypeFingerprint::of::<T>())
     }
 
     fn from_map(map: Mapped<SeqState>) -> Self {

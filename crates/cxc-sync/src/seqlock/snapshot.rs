@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use cxc_mmf::{Expect, Kind, Snapshot, TypeFingerprint};
+use cxc_mmf::{Snapshot, TypeFingerprint};
 use cxc_sidecar::counter_values;
 
-use super::cell::{HEAD_SIZE, check_params};
+use super::cell::FILE;
 use super::state::{PAYLOAD_WORDS, SeqState, counter};
 use super::{SeqLockError, SharedCell};
 use crate::primitive::Ordering;
@@ -45,15 +45,7 @@ impl SharedCell<()> {
     pub fn inspect(path: impl AsRef<Path>) -> Result<CellStatus, SeqLockError> {
         let path = path.as_ref();
         let payload = cxc_mmf::peek(path)?.layout.payload;
-        let expect = Expect {
-            kind: Kind::Cell,
-            head_size: HEAD_SIZE,
-            slot_size: 0,
-            capacity: Some(0),
-            max_capacity: 0,
-            payload,
-            check_params: &check_params,
-        };
+        let expect = FILE.expect(Some(0), payload);
         let mut snap: Snapshot<SeqState> = Snapshot::read(path, &expect)?;
         let mut value = None;
         for _ in 0..SNAPSHOT_TRIES {
