@@ -34,6 +34,7 @@ pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
 pub mod liveness;
+mod macros;
 pub(crate) mod park;
 pub(crate) mod primitive;
 mod rwlock;
