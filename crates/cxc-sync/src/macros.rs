@@ -1,5 +1,5 @@
 //! Declarative macros for boilerplate the primitives share: the declarations of a file's
-//! structs and of its event counters.
+//! structs and of its event counters, the loom crash points of a protocol view.
 
 /// A module of event-counter indices: one `const NAME: usize` per counter, numbered from
 /// 0 in the order given (with its doc comment), and `NAMES`, the counters' names by
@@ -68,3 +68,40 @@ macro_rules! file_layout {
     };
 }
 pub(crate) use file_layout;
+
+/// The loom crash points of a protocol view (a type with a field
+/// `crash: Option<&CrashPlan>` under loom), as methods: `crash_here` (`true` once this
+/// "process" has died at a crash point) and `stopped` (whether it has died). Outside loom
+/// both are `false` and compile away.
+macro_rules! crash_points {
+    () => {
+        /// Loom crash point: `true` once this "process" has died (never outside loom).
+        #[cfg(not(cxc_loom))]
+        #[inline(always)]
+        pub(crate) fn crash_here(&self) -> bool {
+            false
+        }
+
+        /// Whether this "process" has died (never outside loom).
+        #[cfg(not(cxc_loom))]
+        #[inline(always)]
+        #[allow(dead_code)]
+        pub(crate) fn stopped(&self) -> bool {
+            false
+        }
+
+        /// Loom crash point: `true` once this "process" has died.
+        #[cfg(cxc_loom)]
+        pub(crate) fn crash_here(&self) -> bool {
+            self.crash
+                .is_some_and(crate::semaphore::model::CrashPlan::step)
+        }
+
+        /// Whether this "process" has died.
+        #[cfg(cxc_loom)]
+        pub(crate) fn stopped(&self) -> bool {
+            self.crash.is_some_and(|p| p.stopped.get())
+        }
+    };
+}
+pub(crate) use crash_points;

@@ -14,7 +14,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::{RwLockError, RwLockOptions};
 use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
-use super::ops::Seen;
+use super::seen::Seen;
 use super::raw::RawRwLock;
 use super::word::MAX_HOLDERS;
 use crate::semaphore::word::{
