@@ -33,9 +33,12 @@ pub mod election;
 pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
+#[cfg(not(cxc_loom))]
+mod holders;
 pub mod liveness;
 mod macros;
 pub(crate) mod park;
+mod payload;
 pub(crate) mod primitive;
 mod rwlock;
 mod semaphore;

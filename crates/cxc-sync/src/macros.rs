@@ -1,5 +1,107 @@
-//! Declarative macros for boilerplate the primitives share: the declarations of a file's
-//! structs and of its event counters, the loom crash points of a protocol view.
+//! Declarative macros for boilerplate the primitives share: builder setters, the
+//! `Instrumented` implementation of a file-backed handle, the loom crash points of a
+//! protocol view, and the items compiled outside the loom models only.
+
+/// Builder-style setters on an options struct, one per listed field, each
+/// `pub fn FIELD(mut self, FIELD: TYPE) -> Self` documented "Sets [`Struct::FIELD`].".
+macro_rules! setters {
+    ($ty:ident { $($field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`].")]
+                pub fn $field(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(crate) use setters;
+
+/// Items compiled outside the loom models only (the file-backed API), each given
+/// `#[cfg(not(cxc_loom))]`.
+macro_rules! not_loom {
+    ($($item:item)*) => {
+        $(
+            #[cfg(not(cxc_loom))]
+            $item
+        )*
+    };
+}
+pub(crate) use not_loom;
+
+/// `cxc_sidecar::Instrumented` for a file-backed handle with fields `map` (a `Mapped`
+/// whose head has `counters`, `handshake` and `ring`) and `observed`: its kind, its
+/// file's path as name, and the counter names given.
+macro_rules! instrumented {
+    ($ty:ident<$g:ident>, $kind:expr, $names:expr) => {
+        $crate::macros::instrumented!(@impl [$g] $ty<$g>, $kind, $names);
+    };
+    ($ty:ident, $kind:expr, $names:expr) => {
+        $crate::macros::instrumented!(@impl [] $ty, $kind, $names);
+    };
+    (@impl [$($g:ident)?] $ty:ty, $kind:expr, $names:expr) => {
+        impl$(<$g>)? cxc_sidecar::Instrumented for $ty {
+            fn kind(&self) -> cxc_mmf::Kind {
+                $kind
+            }
+
+            fn name(&self) -> String {
+                self.map.path().display().to_string()
+            }
+
+            fn instruments(&self) -> cxc_sidecar::Instruments<'_> {
+                let head = self.map.head();
+                cxc_sidecar::Instruments {
+                    observed: &self.observed,
+                    counters: &head.counters,
+                    counter_names: $names,
+                    handshake: &head.handshake,
+                    ring: &head.ring,
+                }
+            }
+        }
+    };
+}
+pub(crate) use instrumented;
+
+/// The loom crash points of a protocol view (a type with a field
+/// `crash: Option<&CrashPlan>` under loom), as methods: `crash_here` (`true` once this
+/// "process" has died at a crash point) and `stopped` (whether it has died). Outside loom
+/// both are `false` and compile away.
+macro_rules! crash_points {
+    () => {
+        /// Loom crash point: `true` once this "process" has died (never outside loom).
+        #[cfg(not(cxc_loom))]
+        #[inline(always)]
+        pub(crate) fn crash_here(&self) -> bool {
+            false
+        }
+
+        /// Whether this "process" has died (never outside loom).
+        #[cfg(not(cxc_loom))]
+        #[inline(always)]
+        #[allow(dead_code)]
+        pub(crate) fn stopped(&self) -> bool {
+            false
+        }
+
+        /// Loom crash point: `true` once this "process" has died.
+        #[cfg(cxc_loom)]
+        pub(crate) fn crash_here(&self) -> bool {
+            self.crash
+                .is_some_and(crate::semaphore::model::CrashPlan::step)
+        }
+
+        /// Whether this "process" has died.
+        #[cfg(cxc_loom)]
+        pub(crate) fn stopped(&self) -> bool {
+            self.crash.is_some_and(|p| p.stopped.get())
+        }
+    };
+}
+pub(crate) use crash_points;
 
 /// A module of event-counter indices: one `const NAME: usize` per counter, numbered from
 /// 0 in the order given (with its doc comment), and `NAMES`, the counters' names by
@@ -68,40 +170,3 @@ macro_rules! file_layout {
     };
 }
 pub(crate) use file_layout;
-
-/// The loom crash points of a protocol view (a type with a field
-/// `crash: Option<&CrashPlan>` under loom), as methods: `crash_here` (`true` once this
-/// "process" has died at a crash point) and `stopped` (whether it has died). Outside loom
-/// both are `false` and compile away.
-macro_rules! crash_points {
-    () => {
-        /// Loom crash point: `true` once this "process" has died (never outside loom).
-        #[cfg(not(cxc_loom))]
-        #[inline(always)]
-        pub(crate) fn crash_here(&self) -> bool {
-            false
-        }
-
-        /// Whether this "process" has died (never outside loom).
-        #[cfg(not(cxc_loom))]
-        #[inline(always)]
-        #[allow(dead_code)]
-        pub(crate) fn stopped(&self) -> bool {
-            false
-        }
-
-        /// Loom crash point: `true` once this "process" has died.
-        #[cfg(cxc_loom)]
-        pub(crate) fn crash_here(&self) -> bool {
-            self.crash
-                .is_some_and(crate::semaphore::model::CrashPlan::step)
-        }
-
-        /// Whether this "process" has died.
-        #[cfg(cxc_loom)]
-        pub(crate) fn stopped(&self) -> bool {
-            self.crash.is_some_and(|p| p.stopped.get())
-        }
-    };
-}
-pub(crate) use crash_points;

@@ -116,6 +116,32 @@ pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     Ok(())
 }
 
+/// What an opener of a heartbeat file of `capacity` slots (`None`: any) expects.
+pub(super) fn expect(capacity: Option<u64>) -> Expect<'static> {
+    Expect {
+        kind: Kind::Heartbeat,
+        head_size: HEAD_SIZE,
+        slot_size: SLOT_SIZE,
+        capacity,
+        max_capacity: MAX_CAPACITY as u64,
+        payload: TypeFingerprint::NONE,
+        check_params: &check_params,
+    }
+}
+
+/// Refuses a file without slots (the format allows none; a table needs one).
+pub(super) fn check_not_empty(layout: &Layout) -> Result<(), HeartbeatError> {
+    if layout.capacity == 0 {
+        return Err(MmfError::ParamMismatch {
+            name: "capacity",
+            expected: format!("1..={MAX_CAPACITY}"),
+            found: 0,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 fn check_capacity(capacity: usize) -> Result<(), HeartbeatError> {
     if capacity == 0 || capacity > MAX_CAPACITY {
         return Err(HeartbeatError::InvalidCapacity {
@@ -197,25 +223,9 @@ impl HeartbeatTable {
     }
 
     fn open_inner(path: &Path, capacity: Option<u64>) -> Result<Self, HeartbeatError> {
-        let expect = Expect {
-            kind: Kind::Heartbeat,
-            head_size: HEAD_SIZE,
-            slot_size: SLOT_SIZE,
-            capacity,
-            max_capacity: MAX_CAPACITY as u64,
-            payload: TypeFingerprint::NONE,
-            check_params: &check_params,
-        };
-        let map: Mapped<HeartbeatHead, HeartbeatSlot> = Mapped::open(path, &expect)?;
+        let map: Mapped<HeartbeatHead, HeartbeatSlot> = Mapped::open(path, &expect(capacity))?;
         let layout = map.info().layout;
-        if layout.capacity == 0 {
-            return Err(MmfError::ParamMismatch {
-                name: "capacity",
-                expected: format!("1..={MAX_CAPACITY}"),
-                found: 0,
-            }
-            .into());
-        }
+        check_not_empty(&layout)?;
         let epoch = EpochMode::decode(layout.params[0], layout.params[1])
             .expect("validated by check_params");
         Ok(Self::from_map(map, epoch))
@@ -458,23 +468,4 @@ impl HeartbeatTable {
     }
 }
 
-impl cxc_sidecar::Instrumented for HeartbeatTable {
-    fn kind(&self) -> cxc_mmf::Kind {
-        cxc_mmf::Kind::Heartbeat
-    }
-
-    fn name(&self) -> String {
-        self.map.path().display().to_string()
-    }
-
-    fn instruments(&self) -> cxc_sidecar::Instruments<'_> {
-        let head = self.map.head();
-        cxc_sidecar::Instruments {
-            observed: &self.observed,
-            counters: &head.counters,
-            counter_names: &counter::NAMES[..15],
-            handshake: &head.handshake,
-            ring: &head.ring,
-        }
-    }
-}
+crate::macros::instrumented!(HeartbeatTable, cxc_mmf::Kind::Heartbeat, &counter::NAMES[..counter::IN_USE]);

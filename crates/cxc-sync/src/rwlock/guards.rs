@@ -6,11 +6,12 @@ use cxc_sidecar::{Instrumented, OpCode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::WriteGuardError;
-use super::handle::{SharedRwLock, from_words, to_words, words_of};
+use super::handle::SharedRwLock;
 use super::layout::ctr;
 use super::raw::WriteRefused;
 use super::word::Word;
 use crate::liveness::current_pid;
+use crate::payload::{from_words, to_words, words_of};
 
 /// A read lock of a [`SharedRwLock`]; dropping it unlocks.
 #[must_use = "dropping the guard unlocks at once"]

@@ -27,32 +27,25 @@ mod word;
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 mod async_hooks;
-#[cfg(not(cxc_loom))]
-mod error;
-#[cfg(not(cxc_loom))]
-mod guards;
-#[cfg(not(cxc_loom))]
-mod handle;
-#[cfg(not(cxc_loom))]
-mod ops;
-#[cfg(not(cxc_loom))]
-mod seen;
-#[cfg(not(cxc_loom))]
-mod snapshot;
-#[cfg(not(cxc_loom))]
-mod wait;
+crate::macros::not_loom! {
+    mod error;
+    mod guards;
+    mod handle;
+    mod ops;
+    mod seen;
+    mod snapshot;
+    mod wait;
+}
 
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use async_hooks::{Claim, Drained};
-#[cfg(not(cxc_loom))]
-pub use error::{RwLockError, RwLockOptions, WriteGuardError};
-#[cfg(not(cxc_loom))]
-pub use handle::SharedRwLock;
 pub use layout::PAYLOAD_BYTES;
-#[cfg(not(cxc_loom))]
-pub use guards::{ReadGuard, WriteGuard};
-#[cfg(not(cxc_loom))]
-pub use snapshot::{RwHolderInfo, RwLockSnapshot};
+crate::macros::not_loom! {
+    pub use error::{RwLockError, RwLockOptions, WriteGuardError};
+    pub use guards::{ReadGuard, WriteGuard};
+    pub use handle::SharedRwLock;
+    pub use snapshot::{RwHolderInfo, RwLockSnapshot};
+}

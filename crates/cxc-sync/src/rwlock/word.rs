@@ -74,12 +74,7 @@ impl Word {
     /// The first buffer that is neither published, staged nor quarantined.
     #[inline]
     pub(crate) fn free_buffer(self) -> Option<usize> {
-        let mut busy = self.quarantine() | (1 << self.published());
-        if let Some(s) = self.stage() {
-            busy |= 1 << s;
-        }
-        let free = !busy;
-        (free != 0).then(|| free.trailing_zeros() as usize)
+        crate::payload::free_buffer(self.quarantine(), self.published(), self.stage())
     }
 
     /// Claimed by `slot` with the next token and staging buffer `stage`.

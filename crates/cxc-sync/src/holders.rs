@@ -1,0 +1,70 @@
+//! The holder-table registration the semaphore and the rwlock share: a handle's cached
+//! slot (keyed by pid) and the find-or-claim step.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cxc_mmf::identity::Identity;
+
+/// Serialises registration within this process, so two handles of one file never claim
+/// two slots for the same process. Held only on the once-per-handle slow path.
+static REGISTRY: Mutex<()> = Mutex::new(());
+
+/// A handle's holder slot, cached: `(pid << 32) | (slot + 1)`, 0 = not yet looked up.
+/// Keyed by pid, so a child made by `fork` looks its own slot up.
+#[derive(Debug, Default)]
+pub(crate) struct HolderCache(AtomicU64);
+
+impl HolderCache {
+    /// Nothing cached.
+    pub(crate) const fn new() -> Self {
+        HolderCache(AtomicU64::new(0))
+    }
+
+    /// The slot cached for process `pid`.
+    #[inline]
+    pub(crate) fn get(&self, pid: u32) -> Option<usize> {
+        let cached = self.0.load(Ordering::Acquire);
+        ((cached >> 32) as u32 == pid && cached as u32 != 0).then(|| cached as u32 as usize - 1)
+    }
+
+    /// This process's slot, registering it with `register` (serialised within the
+    /// process) unless another thread did while this one waited; cached.
+    #[cold]
+    pub(crate) fn register<E>(
+        &self,
+        register: impl FnOnce(&Identity) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let me = Identity::current();
+        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = self.get(me.pid) {
+            return Ok(slot);
+        }
+        let slot = register(&me)?;
+        // SYNC: holder cache (Release; pairs with the Acquire in `get`).
+        self.0.store(
+            (u64::from(me.pid) << 32) | (slot as u64 + 1),
+            Ordering::Release,
+        );
+        Ok(slot)
+    }
+}
+
+/// A process's slot in a holder table: `found` (its own, registered before), or a free
+/// one `claim_free` takes, after `reclaim` of dead holders if none is free. `counted` is
+/// told whether a slot was claimed (`false`: the table is full of live processes).
+pub(crate) fn find_or_claim(
+    found: Option<usize>,
+    claim_free: impl Fn() -> Option<usize>,
+    reclaim: impl FnOnce(),
+    counted: impl FnOnce(bool),
+) -> Option<usize> {
+    found.or_else(|| {
+        let claimed = claim_free().or_else(|| {
+            reclaim();
+            claim_free()
+        });
+        counted(claimed.is_some());
+        claimed
+    })
+}
