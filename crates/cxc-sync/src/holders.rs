@@ -4,7 +4,9 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cxc_mmf::identity::Identity;
+use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
+
+use crate::semaphore::word::{TAG_FALLBACK, identity_tag};
 
 /// Serialises registration within this process, so two handles of one file never claim
 /// two slots for the same process. Held only on the once-per-handle slow path.
@@ -67,4 +69,37 @@ pub(crate) fn find_or_claim(
         counted(claimed.is_some());
         claimed
     })
+}
+
+/// Whether the process named by `pid` and identity tag `tag` (an owner word's, see
+/// `semaphore::word`) is gone: no process has the pid now, the process that has it has
+/// another identity (pid reuse), or its whole thread group exited. An unknown identity
+/// (tag 0) or an OS that cannot tell counts as alive: never reclaim on a guess.
+pub(crate) fn is_dead(pid: u32, tag: u32) -> bool {
+    if pid == 0 || tag == 0 {
+        return false;
+    }
+    match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
+        PidLookup::NoProcess => true,
+        PidLookup::Unknown => false,
+        PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
+    }
+}
+
+/// The id (nsfs inode) of this process's pid namespace; 0 if unknown. Pids and `/proc`
+/// only mean the same thing to processes in one namespace.
+pub(crate) fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+/// `Err((file_ns, mine))` if this process is in another pid namespace (`mine`) than the
+/// file's creator (`file_ns`), so neither can check the other's pids; a namespace
+/// unknown on either side is not a mismatch.
+pub(crate) fn check_namespace(file_ns: u64) -> Result<(), (u64, u64)> {
+    let mine = pid_namespace();
+    if file_ns != 0 && mine != 0 && file_ns != mine {
+        return Err((file_ns, mine));
+    }
+    Ok(())
 }

@@ -1,6 +1,8 @@
 //! Declarative macros for boilerplate the primitives share: builder setters, the
 //! `Instrumented` implementation of a file-backed handle, the loom crash points of a
 //! protocol view, and the items compiled outside the loom models only.
+// Some are used only by the file-backed API, which the loom models leave out.
+#![cfg_attr(cxc_loom, allow(unused_macros))]
 
 /// Builder-style setters on an options struct, one per listed field, each
 /// `pub fn FIELD(mut self, FIELD: TYPE) -> Self` documented "Sets [`Struct::FIELD`].".

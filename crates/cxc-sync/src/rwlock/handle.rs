@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
+use cxc_mmf::identity::Identity;
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
 use cxc_sidecar::{Instrumented, OpCode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -17,10 +17,10 @@ use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLO
 use super::raw::RawRwLock;
 use super::seen::Seen;
 use super::word::MAX_HOLDERS;
-use crate::holders::{HolderCache, find_or_claim};
+use crate::holders::{HolderCache, check_namespace, find_or_claim, is_dead, pid_namespace};
 use crate::payload::{Misfit, check_fit, to_words};
 use crate::semaphore::word::{
-    STATE_ACTIVE, STATE_RECLAIMING, TAG_FALLBACK, identity_tag, owner_parts, owner_word,
+    STATE_ACTIVE, STATE_RECLAIMING, identity_tag, owner_parts, owner_word,
 };
 
 /// Format version in `params[1]`.
@@ -217,14 +217,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     }
 
     fn from_map(map: Mapped<RwHead, RwSlot>) -> Result<Self, RwLockError> {
-        let file_ns = map.info().layout.params[2];
-        let mine = pid_namespace();
-        if file_ns != 0 && mine != 0 && file_ns != mine {
-            return Err(RwLockError::ForeignPidNamespace {
-                expected: file_ns,
-                found: mine,
-            });
-        }
+        check_namespace(map.info().layout.params[2])
+            .map_err(|(expected, found)| RwLockError::ForeignPidNamespace { expected, found })?;
         let grace = Duration::from_nanos(map.info().layout.params[0].max(1));
         let lock = SharedRwLock {
             map,
@@ -390,25 +384,6 @@ impl<T> SharedRwLock<T> {
             .map(|(n, c)| (*n, c.load(Ordering::Relaxed)))
             .collect()
     }
-}
-
-/// Whether the process named by `pid` and identity tag `tag` is gone (as the
-/// semaphore's holder check: unknown counts as alive, never reclaim on a guess).
-pub(super) fn is_dead(pid: u32, tag: u32) -> bool {
-    if pid == 0 || tag == 0 {
-        return false;
-    }
-    match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
-        PidLookup::NoProcess => true,
-        PidLookup::Unknown => false,
-        PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
-    }
-}
-
-/// The id (nsfs inode) of this process's pid namespace; 0 if unknown.
-fn pid_namespace() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
 }
 
 crate::macros::instrumented!(SharedRwLock<T>, Kind::RwLock, &ctr::NAMES);

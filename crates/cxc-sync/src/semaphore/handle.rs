@@ -108,7 +108,7 @@ fn layout(initial: u32, max: u32, opts: &SemaphoreOptions) -> Result<Layout, Sem
         slot_size: SLOT_SIZE,
         capacity: u64::from(opts.holders),
         payload: TypeFingerprint::NONE,
-        params: [u64::from(max), PROTOCOL, pid_namespace(), 0],
+        params: [u64::from(max), PROTOCOL, crate::holders::pid_namespace(), 0],
     })
 }
 
@@ -277,13 +277,6 @@ impl SharedSemaphore {
     pub fn path(&self) -> &Path {
         self.map.path()
     }
-}
-
-/// The id (nsfs inode) of this process's pid namespace; 0 if unknown. Pids and `/proc`
-/// only mean the same thing to processes in one namespace.
-pub(super) fn pid_namespace() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
 }
 
 fn create_options(opts: &SemaphoreOptions) -> CreateOptions {

@@ -3,15 +3,15 @@
 
 use std::sync::atomic::Ordering;
 
-use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
+use cxc_mmf::identity::Identity;
 
 use super::error::SemaphoreError;
-use super::handle::{SharedSemaphore, pid_namespace};
+use super::handle::SharedSemaphore;
 use super::layout::ctr;
 use super::word::{
-    BookWord, STATE_ACTIVE, STATE_RECLAIMING, TAG_FALLBACK, identity_tag, owner_parts, owner_word,
+    BookWord, STATE_ACTIVE, STATE_RECLAIMING, identity_tag, owner_parts, owner_word,
 };
-use crate::holders::find_or_claim;
+use crate::holders::{find_or_claim, is_dead};
 use crate::liveness;
 use cxc_sidecar::Instrumented;
 
@@ -111,29 +111,8 @@ impl SharedSemaphore {
     }
 }
 
-/// Whether the process named by `pid` and identity tag `tag` is gone: no process has the
-/// pid now, the process that has it has another identity (pid reuse), or its whole thread
-/// group exited. An unknown identity (tag 0) or an OS that cannot tell counts as alive:
-/// never reclaim on a guess.
-fn is_dead(pid: u32, tag: u32) -> bool {
-    if pid == 0 || tag == 0 {
-        return false;
-    }
-    match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
-        PidLookup::NoProcess => true,
-        PidLookup::Unknown => false,
-        PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
-    }
-}
-
 /// Checks that this process may use a file created in pid namespace `file_ns`.
 pub(super) fn check_namespace(file_ns: u64) -> Result<(), SemaphoreError> {
-    let mine = pid_namespace();
-    if file_ns != 0 && mine != 0 && file_ns != mine {
-        return Err(SemaphoreError::ForeignPidNamespace {
-            expected: file_ns,
-            found: mine,
-        });
-    }
-    Ok(())
+    crate::holders::check_namespace(file_ns)
+        .map_err(|(expected, found)| SemaphoreError::ForeignPidNamespace { expected, found })
 }
