@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
 
-use crate::semaphore::word::{TAG_FALLBACK, identity_tag};
+use crate::semaphore::word::{
+    STATE_ACTIVE, STATE_RECLAIMING, TAG_FALLBACK, identity_tag, owner_parts,
+};
 
 /// Serialises registration within this process, so two handles of one file never claim
 /// two slots for the same process. Held only on the once-per-handle slow path.
@@ -84,6 +86,16 @@ pub(crate) fn is_dead(pid: u32, tag: u32) -> bool {
         PidLookup::Unknown => false,
         PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
     }
+}
+
+/// Whether this process (pid `me`, identity tag `my_tag`) may take over the holder slot
+/// whose owner word is `seen`: registered or being reclaimed, by another process, which
+/// is dead ([`is_dead`]).
+pub(crate) fn reclaimable(seen: u64, me: u32, my_tag: u32) -> bool {
+    let (state, pid, tag) = owner_parts(seen);
+    (state == STATE_ACTIVE || state == STATE_RECLAIMING)
+        && !(pid == me && tag == my_tag)
+        && is_dead(pid, tag)
 }
 
 /// The id (nsfs inode) of this process's pid namespace; 0 if unknown. Pids and `/proc`

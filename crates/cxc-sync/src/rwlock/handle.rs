@@ -17,7 +17,9 @@ use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLO
 use super::raw::RawRwLock;
 use super::seen::Seen;
 use super::word::MAX_HOLDERS;
-use crate::holders::{HolderCache, check_namespace, find_or_claim, is_dead, pid_namespace};
+use crate::holders::{
+    HolderCache, check_namespace, find_or_claim, is_dead, pid_namespace, reclaimable,
+};
 use crate::payload::{Misfit, check_fit, to_words};
 use crate::semaphore::word::{
     STATE_ACTIVE, STATE_RECLAIMING, identity_tag, owner_parts, owner_word,
@@ -315,18 +317,12 @@ impl<T> SharedRwLock<T> {
         let mut n = 0;
         for (d, slot) in self.map.slots().iter().enumerate() {
             let seen = slot.owner.load(Ordering::Acquire);
-            let (state, pid, tag) = owner_parts(seen);
-            if state != STATE_ACTIVE && state != STATE_RECLAIMING {
-                continue;
-            }
-            if (pid == me.pid && tag == my_tag) || !is_dead(pid, tag) {
-                continue;
-            }
-            if slot
-                .owner
-                .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-            {
+            let taken = reclaimable(seen, me.pid, my_tag)
+                && slot
+                    .owner
+                    .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+            if !taken {
                 continue;
             }
             if let Some(token) = raw.drop_dead_slot(d) {

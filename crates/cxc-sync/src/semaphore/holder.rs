@@ -9,9 +9,9 @@ use super::error::SemaphoreError;
 use super::handle::SharedSemaphore;
 use super::layout::ctr;
 use super::word::{
-    BookWord, STATE_ACTIVE, STATE_RECLAIMING, identity_tag, owner_parts, owner_word,
+    BookWord, STATE_ACTIVE, identity_tag, owner_parts, owner_word,
 };
-use crate::holders::{find_or_claim, is_dead};
+use crate::holders::{find_or_claim, reclaimable};
 use crate::liveness;
 use cxc_sidecar::Instrumented;
 
@@ -82,20 +82,12 @@ impl SharedSemaphore {
         let mut total = 0;
         for (d, slot) in raw.slots.iter().enumerate() {
             let seen = slot.owner.load(Ordering::Acquire);
-            let (state, pid, tag) = owner_parts(seen);
-            if state != STATE_ACTIVE && state != STATE_RECLAIMING {
-                continue;
-            }
-            if only_holding
-                && state == STATE_ACTIVE
-                && BookWord(slot.book.load(Ordering::Acquire)).held() == 0
+            // The blocked-acquirer variant skips dead holders that hold nothing.
+            let skip = only_holding
+                && owner_parts(seen).0 == STATE_ACTIVE
+                && BookWord(slot.book.load(Ordering::Acquire)).held() == 0;
+            if skip || !reclaimable(seen, me.pid, my_tag) || !raw.take_over(d, seen, me.pid, my_tag)
             {
-                continue;
-            }
-            if (pid == me.pid && tag == my_tag) || !is_dead(pid, tag) {
-                continue;
-            }
-            if !raw.take_over(d, seen, me.pid, my_tag) {
                 continue;
             }
             let returned = raw.drain(d);
