@@ -51,14 +51,54 @@ pub(crate) fn from_words<T: FromBytes, const W: usize>(words: &[u64; W]) -> Opti
     T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
 }
 
-/// The first buffer of a set of at most 8 that is neither published, staged nor
-/// quarantined (`quarantine`: one bit per buffer).
-#[inline]
-pub(crate) fn free_buffer(quarantine: u8, published: usize, stage: Option<usize>) -> Option<usize> {
-    let mut busy = quarantine | (1 << published);
-    if let Some(s) = stage {
-        busy |= 1 << s;
+/// The buffer fields of a state word, as the lease's claim word and the rwlock's state
+/// word both carry them: the published buffer and the staging buffer (3 bits each; a
+/// staging buffer equal to the published one means none) and one quarantine bit per
+/// buffer, at the shifts the word type names.
+pub(crate) trait BufferFields: Copy {
+    /// Shift of the published-buffer field.
+    const PUB_SHIFT: u32;
+    /// Shift of the staging-buffer field.
+    const STAGE_SHIFT: u32;
+    /// Shift of the 8 quarantine bits.
+    const Q_SHIFT: u32;
+
+    /// The word's bits.
+    fn bits(self) -> u64;
+
+    /// The published buffer.
+    #[inline]
+    fn published(self) -> usize {
+        ((self.bits() >> Self::PUB_SHIFT) & 0b111) as usize
     }
-    let free = !busy;
-    (free != 0).then(|| free.trailing_zeros() as usize)
+
+    /// The staging buffer, `None` when there is none (stage == published).
+    #[inline]
+    fn stage(self) -> Option<usize> {
+        let s = ((self.bits() >> Self::STAGE_SHIFT) & 0b111) as usize;
+        (s != self.published()).then_some(s)
+    }
+
+    /// The quarantine bits.
+    #[inline]
+    fn quarantine(self) -> u8 {
+        (self.bits() >> Self::Q_SHIFT) as u8
+    }
+
+    /// Whether buffer `b` is quarantined.
+    #[inline]
+    fn is_quarantined(self, b: usize) -> bool {
+        self.quarantine() & (1 << b) != 0
+    }
+
+    /// The first buffer that is neither published, staged nor quarantined.
+    #[inline]
+    fn free_buffer(self) -> Option<usize> {
+        let mut busy = self.quarantine() | (1 << self.published());
+        if let Some(s) = self.stage() {
+            busy |= 1 << s;
+        }
+        let free = !busy;
+        (free != 0).then(|| free.trailing_zeros() as usize)
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::layout::ctr;
 use super::raw::RawRwLock;
-use super::word::{BUFS, WRITER_MASK, Word, quarantine_tag};
+use super::word::{BUFS, BufferFields, WRITER_MASK, Word, quarantine_tag};
 use crate::park;
 use crate::primitive::Ordering;
 

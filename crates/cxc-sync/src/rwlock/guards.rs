@@ -9,7 +9,7 @@ use super::error::WriteGuardError;
 use super::handle::SharedRwLock;
 use super::layout::ctr;
 use super::raw::WriteRefused;
-use super::word::Word;
+use super::word::{BufferFields, Word};
 use crate::liveness::current_pid;
 use crate::payload::{from_words, to_words, words_of};
 

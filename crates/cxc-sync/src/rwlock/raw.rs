@@ -18,7 +18,7 @@
 //!   dies, so none of its bytes is ever published (the lease's L7 scheme).
 
 use super::layout::{PAYLOAD_WORDS, RwHead, RwSlot, ctr};
-use super::word::Word;
+use super::word::{BufferFields, Word};
 use crate::park;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence};
 

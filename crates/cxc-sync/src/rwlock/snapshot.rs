@@ -9,7 +9,7 @@ use cxc_mmf::{Snapshot, TypeFingerprint};
 use super::error::RwLockError;
 use super::handle::{SharedRwLock, expect};
 use super::layout::{PAYLOAD_WORDS, RwHead, RwSlot, ctr};
-use super::word::Word;
+use super::word::{BufferFields, Word};
 use crate::semaphore::word::{STATE_ACTIVE, owner_parts};
 
 /// One process in an rwlock's holder table.
