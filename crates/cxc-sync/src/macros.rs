@@ -110,32 +110,44 @@ pub(crate) use crash_points;
 /// index. With `[N]` after the module name, the file has room for `N` counters: `COUNT`
 /// is `N`, `NAMES` has `N` entries (`""` for the unused ones) and `IN_USE` says how many
 /// are used; without it, `NAMES` has exactly the counters in use.
+///
+/// Each counter is written `NAME = field`: `field` is its name in `NAMES` and its field
+/// in the typed snapshot `struct Stats` that may follow the module: a `u64` per counter,
+/// with the counter's doc comment, and `Stats::read(counters)`.
 macro_rules! counters {
+    (@stats $module:ident [$($body:tt)*]) => {};
     (
-        $(#[$m:meta])*
-        $vis:vis mod $module:ident $([$count:expr])? {
-            $($(#[$doc:meta])* $name:ident = $text:literal,)*
-        }
+        @stats $module:ident [$($(#[$doc:meta])* $name:ident = $field:ident,)*]
+        $(#[$sm:meta])*
+        $svis:vis struct $stats:ident;
     ) => {
-        $(#[$m])*
-        $vis mod $module {
-            #[allow(dead_code, non_camel_case_types, clippy::upper_case_acronyms)]
-            #[repr(usize)]
-            enum Index {
-                $($name,)*
+        $(#[$sm])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        #[non_exhaustive]
+        $svis struct $stats {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        impl $stats {
+            /// The values of the file's `counters` (Relaxed loads, one at a time).
+            #[allow(dead_code)]
+            pub(crate) fn read(counters: &[$crate::primitive::AtomicU64]) -> Self {
+                let get = |i: usize| {
+                    counters
+                        .get(i)
+                        .map_or(0, |c| c.load($crate::primitive::Ordering::Relaxed))
+                };
+                $stats {
+                    $($field: get($module::$name),)*
+                }
             }
-            $(
-                $(#[$doc])*
-                $vis const $name: usize = Index::$name as usize;
-            )*
-            $crate::macros::counters!(@names $vis [$($text),*] $($count)?);
         }
     };
-    (@names $vis:vis [$($text:literal),*]) => {
+    (@names $vis:vis [$($text:expr),*]) => {
         /// Names of the counters in use, by index.
         $vis const NAMES: [&str; [$($text),*].len()] = [$($text),*];
     };
-    (@names $vis:vis [$($text:literal),*] $count:expr) => {
+    (@names $vis:vis [$($text:expr),*] $count:expr) => {
         /// Number of counters the file has room for.
         $vis const COUNT: usize = $count;
         /// Number of counters in use (the first `IN_USE` of `COUNT`).
@@ -152,6 +164,28 @@ macro_rules! counters {
             all
         };
     };
+    (
+        $(#[$m:meta])*
+        $vis:vis mod $module:ident $([$count:expr])? {
+            $($(#[$doc:meta])* $name:ident = $field:ident,)*
+        }
+        $($stats:tt)*
+    ) => {
+        $(#[$m])*
+        $vis mod $module {
+            #[allow(dead_code, non_camel_case_types, clippy::upper_case_acronyms)]
+            #[repr(usize)]
+            enum Index {
+                $($name,)*
+            }
+            $(
+                $(#[$doc])*
+                $vis const $name: usize = Index::$name as usize;
+            )*
+            $crate::macros::counters!(@names $vis [$(stringify!($field)),*] $($count)?);
+        }
+        $crate::macros::counters!(@stats $module [$($(#[$doc])* $name = $field,)*] $($stats)*);
+    };
 }
 pub(crate) use counters;
 
@@ -159,6 +193,11 @@ pub(crate) use counters;
 /// `cxc_mmf::atomic_layout!`: outside loom they derive zerocopy's `FromBytes` and
 /// `KnownLayout` and are `AtomicView`s (every field checked to be one); in the loom
 /// models their fields are loom's atomics and they live on the heap.
+///
+/// Cache-line alignment and padding are written out (`align(64)`, `_reserved` fields)
+/// rather than taken from `crossbeam_utils::CachePadded`: these structs are a file
+/// format, and `CachePadded`'s size and alignment depend on the platform (128 bytes on
+/// x86_64), so it would change the bytes of the file.
 macro_rules! file_layout {
     ($($(#[$attr:meta])* $vis:vis struct $name:ident $body:tt)*) => {
         cxc_mmf::atomic_layout! {

@@ -113,37 +113,41 @@ crate::macros::counters! {
     /// transitions and slow paths only). Read them with `HeartbeatTable::counters`.
     pub mod counter [16] {
         /// Successful `register` calls.
-        REGISTER = "register",
+        REGISTER = register,
         /// Registrations that reused a fenced or freed slot.
-        REUSE_FENCED = "reuse_fenced",
+        REUSE_FENCED = reuse_fenced,
         /// Registrations that reused a slot whose owner was dead by OS identity.
-        REUSE_OS_DEAD = "reuse_os_dead",
+        REUSE_OS_DEAD = reuse_os_dead,
         /// `register` calls that failed with `TableFull`.
-        TABLE_FULL = "table_full",
+        TABLE_FULL = table_full,
         /// Successful `unregister` calls.
-        UNREGISTER = "unregister",
+        UNREGISTER = unregister,
         /// Watchdog scans.
-        SCAN = "scan",
+        SCAN = scan,
         /// Dead-slot entries reported by scans.
-        DEAD_REPORTED = "dead_reported",
+        DEAD_REPORTED = dead_reported,
         /// Of those, slots reported dead by OS identity while their lag was within grace.
-        OS_DEAD_DETECTED = "os_dead_detected",
+        OS_DEAD_DETECTED = os_dead_detected,
         /// Successful fencing transitions (LIVE -> FENCED) by a watchdog.
-        FENCE = "fence",
+        FENCE = fence,
         /// In-flight bits returned by `reclaim`.
-        RECLAIMED_BITS = "reclaimed_bits",
+        RECLAIMED_BITS = reclaimed_bits,
         /// In-flight bits erased by `clear_dead_bitmap`.
-        CLEARED_BITS = "cleared_bits",
+        CLEARED_BITS = cleared_bits,
         /// `beat`/`mark_in_flight`/`clear_in_flight` refused because the caller was fenced
         /// or its slot was taken over.
-        FENCED_REJECT = "fenced_reject",
+        FENCED_REJECT = fenced_reject,
         /// Snapshots abandoned after the bounded number of retries.
-        SNAPSHOT_GIVEUP = "snapshot_giveup",
+        SNAPSHOT_GIVEUP = snapshot_giveup,
         /// Calls with a slot index or bit outside the table.
-        OUT_OF_RANGE = "out_of_range",
+        OUT_OF_RANGE = out_of_range,
         /// Idle stale slots fenced by `sweep_idle`.
-        SWEPT_IDLE = "swept_idle",
+        SWEPT_IDLE = swept_idle,
     }
+    /// A snapshot of a heartbeat table's cumulative event counters
+    /// ([`HeartbeatTable::stats`](crate::HeartbeatTable::stats)), field by field as in
+    /// [`heartbeat_counter`](crate::heartbeat_counter).
+    pub struct HeartbeatStats;
 }
 
 crate::macros::file_layout! {

@@ -29,6 +29,7 @@ crate::macros::not_loom! {
 mod loom_tests;
 
 pub use error::HeartbeatError;
+pub use layout::HeartbeatStats;
 pub use layout::MAX_CAPACITY as HEARTBEAT_MAX_CAPACITY;
 pub use layout::counter as heartbeat_counter;
 pub use slot::HeartbeatSnapshot;

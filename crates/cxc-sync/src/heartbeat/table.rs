@@ -269,6 +269,22 @@ impl HeartbeatTable {
         self.clock.now(&self.map.head().global_epoch)
     }
 
+    /// The cumulative event counters, typed.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let table = cxc_sync::HeartbeatTable::create(dir.path().join("hb"), 4).unwrap();
+    /// let slot = table.register(std::process::id()).unwrap();
+    /// assert!(table.unregister(slot));
+    /// let stats = table.stats();
+    /// assert_eq!((stats.register, stats.unregister, stats.table_full), (1, 1, 0));
+    /// let by_index = table.counters();
+    /// assert_eq!(by_index[cxc_sync::heartbeat_counter::REGISTER], stats.register);
+    /// ```
+    pub fn stats(&self) -> HeartbeatStats {
+        HeartbeatStats::read(&self.map.head().counters)
+    }
+
     /// The cumulative event counters (indices in [`counter`]).
     pub fn counters(&self) -> [u64; counter::COUNT] {
         std::array::from_fn(|i| self.map.head().counters[i].load(Ordering::Relaxed))

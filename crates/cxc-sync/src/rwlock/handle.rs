@@ -13,7 +13,7 @@ use cxc_sidecar::{Instrumented, OpCode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::{RwLockError, RwLockOptions};
-use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
+use super::layout::{RwLockStats, HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
 use super::raw::RawRwLock;
 use super::seen::Seen;
 use super::word::MAX_HOLDERS;
@@ -370,6 +370,24 @@ impl<T> SharedRwLock<T> {
     /// The fencing token of the current (or last) write lock.
     pub fn current_token(&self) -> u64 {
         self.raw().word().token()
+    }
+
+    /// The cumulative event counters, typed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let lock = cxc_sync::SharedRwLock::create(dir.path().join("rw"), 0u64).unwrap();
+    /// let reading = lock.read();
+    /// // A writer finds a reader inside, drains, and gives up at the deadline.
+    /// assert!(lock.write_timeout(Duration::from_millis(5)).is_none());
+    /// drop(reading);
+    /// let stats = lock.stats();
+    /// assert_eq!((stats.timeouts, stats.registered), (1, 1));
+    /// assert!(lock.counters().contains(&("timeouts", stats.timeouts)));
+    /// ```
+    pub fn stats(&self) -> RwLockStats {
+        RwLockStats::read(&self.map.head().counters)
     }
 
     /// The cumulative event counters, by name.

@@ -99,30 +99,34 @@ crate::macros::counters! {
     /// Indices into [`RwHead::counters`].
     pub(crate) mod ctr {
         /// A read lock found a writer and entered the blocking path.
-        READ_CONTENDED = "read_contended",
+        READ_CONTENDED = read_contended,
         /// A write lock found a writer or readers and entered the blocking path.
-        WRITE_CONTENDED = "write_contended",
+        WRITE_CONTENDED = write_contended,
         /// A blocked caller went to sleep in the kernel.
-        SLEEPS = "sleeps",
+        SLEEPS = sleeps,
         /// A timed lock gave up.
-        TIMEOUTS = "timeouts",
+        TIMEOUTS = timeouts,
         /// Writers evicted because their process died.
-        EVICTED_DEAD = "evicted_dead",
+        EVICTED_DEAD = evicted_dead,
         /// Writers evicted because they made no progress for a grace period.
-        EVICTED_STALE = "evicted_stale",
+        EVICTED_STALE = evicted_stale,
         /// Dead processes' holder slots reclaimed (their read holds dropped).
-        RECLAIMED = "reclaimed",
+        RECLAIMED = reclaimed,
         /// Holder slots registered.
-        REGISTERED = "registered",
+        REGISTERED = registered,
         /// Registrations refused: the table was full of live processes.
-        TABLE_FULL = "table_full",
+        TABLE_FULL = table_full,
         /// Writes, beats or unlocks of an evicted writer, refused.
-        STALE_REJECTED = "stale_rejected",
+        STALE_REJECTED = stale_rejected,
         /// Quarantined buffers freed by their (evicted, live) writer.
-        QUARANTINE_FREED = "quarantine_freed",
+        QUARANTINE_FREED = quarantine_freed,
         /// Quarantined buffers freed because their writer's process died.
-        QUARANTINE_REAPED = "quarantine_reaped",
+        QUARANTINE_REAPED = quarantine_reaped,
     }
+    /// A snapshot of an rwlock's cumulative event counters
+    /// ([`SharedRwLock::stats`](crate::SharedRwLock::stats)), field by field as in
+    /// [`SharedRwLock::counters`](crate::SharedRwLock::counters).
+    pub struct RwLockStats;
 }
 
 impl RwHead {

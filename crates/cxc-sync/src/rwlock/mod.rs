@@ -42,7 +42,7 @@ mod loom_tests;
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use async_hooks::{Claim, Drained};
-pub use layout::PAYLOAD_BYTES;
+pub use layout::{PAYLOAD_BYTES, RwLockStats};
 crate::macros::not_loom! {
     pub use error::{RwLockError, RwLockOptions, WriteGuardError};
     pub use guards::{ReadGuard, WriteGuard};

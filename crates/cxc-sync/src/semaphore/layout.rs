@@ -69,32 +69,32 @@ crate::macros::counters! {
     /// Indices into [`SemHead::counters`].
     pub(crate) mod ctr {
         /// An acquire found no permit and entered the blocking path.
-        CONTENDED = "contended",
+        CONTENDED = contended,
         /// A blocked acquirer went to sleep in the kernel.
-        SLEEPS = "sleeps",
+        SLEEPS = sleeps,
         /// `acquire_timeout` gave up.
-        TIMEOUTS = "timeouts",
+        TIMEOUTS = timeouts,
         /// A release (or reclaim) woke sleepers.
-        WAKES = "wakes",
+        WAKES = wakes,
         /// A release was refused because the pool was already at `max_permits`.
-        OVERFLOW_REJECTED = "overflow_rejected",
+        OVERFLOW_REJECTED = overflow_rejected,
         /// Permits returned by reclaim from dead holders.
-        RECLAIMED_PERMITS = "reclaimed_permits",
+        RECLAIMED_PERMITS = reclaimed_permits,
         /// Dead holders' slots freed by reclaim.
-        RECLAIMED_HOLDERS = "reclaimed_holders",
+        RECLAIMED_HOLDERS = reclaimed_holders,
         /// Holder slots registered.
-        REGISTERED = "registered",
+        REGISTERED = registered,
         /// A registration found the holder table full of live processes and was refused.
-        TABLE_FULL = "table_full",
+        TABLE_FULL = table_full,
         /// Reclaim scans over the holder table.
-        RECLAIM_SCANS = "reclaim_scans",
+        RECLAIM_SCANS = reclaim_scans,
         /// Held counts dropped by reclaim because the pool was already full (only a corrupt
         /// file can get there: every permit out is held or handed).
-        OVER_HELD = "over_held",
+        OVER_HELD = over_held,
         /// Releases refused because the caller held no permit and none was handed off.
-        NOT_HELD_REJECTED = "not_held_rejected",
+        NOT_HELD_REJECTED = not_held_rejected,
         /// Permits handed off with `Permit::disown`.
-        DISOWNED = "disowned",
+        DISOWNED = disowned,
     }
 }
 
