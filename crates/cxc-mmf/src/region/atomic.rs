@@ -56,6 +56,9 @@ unsafe impl AtomicView for () {}
 /// `cfg(PREDICATE)` (for builds where the fields are other atomics, such as a model
 /// checker's, and the structs are not mapped).
 ///
+/// A layout is a file format: pad it with explicit reserved fields and `align`, not with
+/// `crossbeam_utils::CachePadded`, whose size and alignment differ between platforms.
+///
 /// ```
 /// use std::sync::atomic::{AtomicU32, AtomicU64};
 ///
