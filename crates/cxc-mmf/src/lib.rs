@@ -4,7 +4,8 @@
 //! the primitive's fixed block and its slots. This crate owns that format:
 //!
 //! - [`Mapped`]: a validated mapping that hands out only atomic views ([`AtomicView`]),
-//!   never byte slices; bounds and alignment are checked once, when it is made.
+//!   never byte slices; bounds and alignment are checked once, when it is made. A
+//!   `#[repr(C)]` struct of atomics becomes a view through [`atomic_layout!`].
 //! - [`Mapped::create`] never clobbers (the file is written under a temporary name and
 //!   renamed into place with `RENAME_NOREPLACE`), [`Mapped::open`] validates every header
 //!   field before any typed view exists, and [`Mapped::create_or_open`] resolves start-up
@@ -67,6 +68,8 @@ pub use error::{FoundKind, MmfError};
 pub use header::{
     FORMAT_VERSION, HEADER_LEN, HeaderInfo, Kind, Layout, MAGIC, MAX_FILE_LEN, TypeFingerprint,
 };
+#[doc(hidden)]
+pub use region::__private;
 pub use region::{
     AtomicView, CreateOptions, Expect, FileSpec, Mapped, Origin, Snapshot, peek, read_words,
 };

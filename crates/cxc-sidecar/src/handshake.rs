@@ -154,40 +154,42 @@ const fn decode(word: u64) -> (Strategy, u32) {
     (s, (word & GEN_MASK) as u32)
 }
 
-/// The per-file control block: the current [`Strategy`] and its generation, so a decision
-/// taken in one process (by a [`Policy`](crate::Policy) run by that process's
-/// [`Sidecar`](crate::Sidecar)) applies to every process using the file.
-///
-/// An in-file view: `#[repr(C, align(64))]`, only `AtomicU64`s, 64 bytes; all-zero is
-/// generation 0 with [`Strategy::Default`].
-///
-/// | offset | size | field                                                   |
-/// |-------:|-----:|---------------------------------------------------------|
-/// | 0      | 8    | strategy word (see the module docs)                     |
-/// | 8      | 8    | `CLOCK_MONOTONIC` ns of the last publish (diagnostic)   |
-/// | 16     | 8    | pid of the last publisher (diagnostic)                  |
-/// | 24     | 40   | reserved, zero                                          |
-///
-/// A primitive reads the strategy on its blocking slow path with one Relaxed load:
-///
-/// ```
-/// use std::time::Duration;
-/// use cxc_sidecar::{HandshakeHeader, Strategy};
-///
-/// const DEFAULT_SPIN: Duration = Duration::from_micros(2);
-/// let hs = HandshakeHeader::new(); // in a file: a field of the primitive's fixed block
-/// assert_eq!(hs.spin_budget().unwrap_or(DEFAULT_SPIN), DEFAULT_SPIN);
-/// let generation = hs.publish(Strategy::spin(Duration::from_micros(20)));
-/// assert_eq!(hs.current(), (Strategy::Spin { budget_ns: 20_000 }, generation));
-/// assert_eq!(hs.spin_budget(), Some(Duration::from_micros(20)));
-/// ```
-#[derive(FromBytes, KnownLayout)]
-#[repr(C, align(64))]
-pub struct HandshakeHeader {
-    word: AtomicU64,
-    updated_ns: AtomicU64,
-    updated_by: AtomicU64,
-    _reserved: [AtomicU64; 5],
+cxc_mmf::atomic_layout! {
+    /// The per-file control block: the current [`Strategy`] and its generation, so a decision
+    /// taken in one process (by a [`Policy`](crate::Policy) run by that process's
+    /// [`Sidecar`](crate::Sidecar)) applies to every process using the file.
+    ///
+    /// An in-file view: `#[repr(C, align(64))]`, only `AtomicU64`s, 64 bytes; all-zero is
+    /// generation 0 with [`Strategy::Default`].
+    ///
+    /// | offset | size | field                                                   |
+    /// |-------:|-----:|---------------------------------------------------------|
+    /// | 0      | 8    | strategy word (see the module docs)                     |
+    /// | 8      | 8    | `CLOCK_MONOTONIC` ns of the last publish (diagnostic)   |
+    /// | 16     | 8    | pid of the last publisher (diagnostic)                  |
+    /// | 24     | 40   | reserved, zero                                          |
+    ///
+    /// A primitive reads the strategy on its blocking slow path with one Relaxed load:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use cxc_sidecar::{HandshakeHeader, Strategy};
+    ///
+    /// const DEFAULT_SPIN: Duration = Duration::from_micros(2);
+    /// let hs = HandshakeHeader::new(); // in a file: a field of the primitive's fixed block
+    /// assert_eq!(hs.spin_budget().unwrap_or(DEFAULT_SPIN), DEFAULT_SPIN);
+    /// let generation = hs.publish(Strategy::spin(Duration::from_micros(20)));
+    /// assert_eq!(hs.current(), (Strategy::Spin { budget_ns: 20_000 }, generation));
+    /// assert_eq!(hs.spin_budget(), Some(Duration::from_micros(20)));
+    /// ```
+    #[derive(FromBytes, KnownLayout)]
+    #[repr(C, align(64))]
+    pub struct HandshakeHeader {
+        word: AtomicU64,
+        updated_ns: AtomicU64,
+        updated_by: AtomicU64,
+        _reserved: [AtomicU64; 5],
+    }
 }
 
 const _: () = assert!(size_of::<HandshakeHeader>() == 64);

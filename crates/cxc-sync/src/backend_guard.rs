@@ -14,6 +14,18 @@ fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> GuardError {
     GuardError::Backend(Box::new(e))
 }
 
+/// The outcome of an explicit release or give-back: whether the backend still counted
+/// the claim or permit as ours (`Lost` if not), or its error.
+fn given_back<E: std::error::Error + Send + Sync + 'static>(
+    r: Result<bool, E>,
+) -> Result<(), GuardError> {
+    if r.map_err(backend)? {
+        Ok(())
+    } else {
+        Err(GuardError::Lost { successor: None })
+    }
+}
+
 /// A held claim of any [`FencedLease`]; released when dropped. Created by
 /// [`try_lock_guard`](FencedLeaseGuards::try_lock_guard) and
 /// [`lock_guard_timeout`](FencedLeaseGuards::lock_guard_timeout).
@@ -95,11 +107,7 @@ impl<L: FencedLease> FencedGuard<'_, L> {
     /// [`GuardError::Lost`] if the claim had already been lost; [`GuardError::Backend`].
     pub fn unlock(mut self) -> Result<(), GuardError> {
         self.done = true;
-        if self.lease.release(&self.claim).map_err(backend)? {
-            Ok(())
-        } else {
-            Err(GuardError::Lost { successor: None })
-        }
+        given_back(self.lease.release(&self.claim))
     }
 }
 
@@ -168,11 +176,7 @@ impl<P: PermitPool> PoolPermit<'_, P> {
     /// expired on etcd); [`GuardError::Backend`].
     pub fn give_back(mut self) -> Result<(), GuardError> {
         self.done = true;
-        if self.pool.give().map_err(backend)? {
-            Ok(())
-        } else {
-            Err(GuardError::Lost { successor: None })
-        }
+        given_back(self.pool.give())
     }
 }
 

@@ -33,8 +33,12 @@ pub mod election;
 pub mod epoch;
 pub(crate) mod futex;
 mod heartbeat;
+#[cfg(not(cxc_loom))]
+mod holders;
 pub mod liveness;
+mod macros;
 pub(crate) mod park;
+mod payload;
 pub(crate) mod primitive;
 mod rwlock;
 mod semaphore;
@@ -60,11 +64,13 @@ pub use heartbeat::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HeartbeatOptions,
     HeartbeatTable, InFlightBits, ReclaimReport, Registration,
 };
-pub use heartbeat::{HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, heartbeat_counter};
+pub use heartbeat::{
+    HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, HeartbeatStats, heartbeat_counter,
+};
 #[cfg(not(cxc_loom))]
 pub use lease::{GuardError, LeaseBuilder, LeaseGuard, LeaseStatus, OwnedLeaseGuard, OwnerLease};
 pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
-pub use rwlock::PAYLOAD_BYTES as RWLOCK_PAYLOAD_BYTES;
+pub use rwlock::{PAYLOAD_BYTES as RWLOCK_PAYLOAD_BYTES, RwLockStats};
 #[cfg(not(cxc_loom))]
 pub use rwlock::{
     ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, SharedRwLock, WriteGuard,

@@ -12,10 +12,11 @@ use memmap2::MmapOptions;
 use crate::error::MmfError;
 use crate::header::{HeaderInfo, INIT_READY, Layout};
 
+use super::atomic::AtomicView;
 use super::codec::HeaderWords;
 use super::options::{CreateOptions, Expect, Origin};
 use super::validate::check_layout_shapes;
-use super::view::{AtomicView, Mapped};
+use super::view::Mapped;
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 

@@ -1,5 +1,6 @@
 //! Create, open and validate a mapped file, and hand out typed atomic views of it.
 //!
+//! - `atomic`: [`AtomicView`], the types a mapping hands out, and `atomic_layout!`.
 //! - `codec`: the header's fields, read and written through atomics; its checksum.
 //! - `options`: [`CreateOptions`], [`Expect`], [`Origin`].
 //! - `validate`: format, lengths, checksum and caller expectations; view shapes.
@@ -10,6 +11,7 @@
 //!
 //! Files depend only on the ones listed before them.
 
+mod atomic;
 mod codec;
 mod create;
 mod open;
@@ -18,7 +20,8 @@ mod snapshot;
 mod validate;
 mod view;
 
+pub use atomic::{__private, AtomicView};
 pub use open::peek;
 pub use options::{CreateOptions, Expect, FileSpec, Origin};
 pub use snapshot::{Snapshot, read_words};
-pub use view::{AtomicView, Mapped};
+pub use view::Mapped;

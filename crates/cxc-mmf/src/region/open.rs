@@ -13,12 +13,13 @@ use memmap2::{MmapOptions, MmapRaw};
 use crate::error::MmfError;
 use crate::header::{HEADER_LEN, HeaderInfo, INIT_READY};
 
+use super::atomic::AtomicView;
 use super::codec::HeaderWords;
 use super::options::{CreateOptions, Expect};
 use super::validate::{
     check_expect, check_format, check_identity, check_lengths_and_sum, parse_header,
 };
-use super::view::{AtomicView, Mapped};
+use super::view::Mapped;
 
 /// Opens `path` for reading, and for writing too unless `read_only` (no `O_RDWR`: a file
 /// of another user or on a read-only mount can still be read).

@@ -10,11 +10,12 @@ use memmap2::{MmapMut, MmapOptions, MmapRaw};
 use crate::error::MmfError;
 use crate::header::{HEADER_LEN, HeaderInfo};
 
+use super::atomic::AtomicView;
 use super::codec::HeaderWords;
 use super::open::{map_header, open_file};
 use super::options::Expect;
 use super::validate::{check_expect, check_identity, check_lengths_and_sum};
-use super::view::{AtomicView, Mapped};
+use super::view::Mapped;
 
 /// A validated copy of a whole cxc file, taken with loads only.
 ///

@@ -1,36 +1,18 @@
-//! The typed views: [`AtomicView`] and [`Mapped`], a validated mapping that hands out
-//! references to its fixed block and slots.
+//! [`Mapped`]: a validated mapping that hands out references to its fixed block and
+//! slots, which are [`AtomicView`]s.
 
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
 use memmap2::MmapRaw;
-use zerocopy::{FromBytes, FromZeros, KnownLayout};
 
 use crate::error::MmfError;
 use crate::header::HeaderInfo;
 
+use super::atomic::AtomicView;
 use super::validate::check_layout_shapes;
 
-/// A type that may be viewed in a mapping: valid for every bit pattern, with a layout the
-/// compiler knows, shareable between threads.
-///
-/// There is one implementation, for every `Sync` type with zerocopy's [`FromZeros`],
-/// [`FromBytes`] and [`KnownLayout`]: the atomic integers, arrays of views, `()`, and the
-/// `#[repr(C)]` structs of the primitives, which derive those traits. The derives refuse a
-/// field that is not valid for every bit pattern and a struct without a defined layout, so
-/// the compiler checks what used to be promised by hand, layout by layout.
-///
-/// What the bounds cannot say: that every byte of a view is inside an atomic. Structs of
-/// atomics are not zerocopy's `Immutable`, but Rust has no bound for "not `Immutable`", so
-/// a plain-data type such as `u64` meets the bounds too, and [`Mapped::head`] would hand out
-/// a `&u64` that other processes write. View only atomics (`AtomicU32`, `AtomicU64`, arrays
-/// and `#[repr(C)]` structs of them), as every view in this workspace does. The alignment
-/// of a view must not exceed 64 (checked when the mapping is made).
-pub trait AtomicView: FromZeros + FromBytes + KnownLayout + Sync + Sized {}
-
-impl<T: FromZeros + FromBytes + KnownLayout + Sync + Sized> AtomicView for T {}
 /// A validated mapping of a cxc file: the header, a fixed block `H` and `capacity` slots `S`.
 ///
 /// The mapping hands out only references to atomics (through [`AtomicView`] types), never
@@ -110,8 +92,8 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
         // SAFETY: `head` points to an aligned `H` inside the mapping (checked at
         // construction), which lives as long as `self`; `H: FromBytes`, so whatever bytes
         // the file holds are a valid `H`. Other processes write it concurrently, which a
-        // shared reference allows for the bytes inside atomics: `AtomicView`'s documented
-        // rule that views are made of atomics (which its bounds cannot check).
+        // shared reference allows because every byte of an `AtomicView` is inside an
+        // atomic (the safety contract of the trait).
         unsafe { self.head.as_ref() }
     }
 
@@ -119,7 +101,7 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
     #[inline]
     pub fn slots(&self) -> &[S] {
         // SAFETY: `count` aligned slots of `S` follow the head inside the mapping (checked
-        // at construction); `S: FromBytes` and views are made of atomics, see `head`.
+        // at construction); `S: FromBytes` and made of atomics (`AtomicView`), see `head`.
         unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.count) }
     }
 

@@ -7,41 +7,43 @@ use zerocopy::{FromBytes, KnownLayout};
 
 use super::slot::{RING_CAPACITY, RingSlot};
 
-/// A fixed-size, multi-producer, lossy ring of [`Observation`]s, stored in a primitive's
-/// file so any process (or the `cxc` CLI) can read recent events.
-///
-/// It is an in-file view: `#[repr(C, align(64))]`, only `AtomicU64`s, 2624 bytes, and an
-/// all-zero ring is a valid empty ring, so a primitive embeds it in its fixed block and a
-/// freshly created (zero-filled) file needs no initialisation. Any number of threads and
-/// processes may [`record`](Self::record) at once; readers ([`read_since`](Self::read_since))
-/// validate every entry and never return a torn one. When producers outpace a reader, the
-/// oldest entries are overwritten and the reader is told how many it lost.
-///
-/// | offset | size | field                                   |
-/// |-------:|-----:|-----------------------------------------|
-/// | 0      | 8    | `head`: tickets taken (= events recorded) |
-/// | 8      | 8    | `dropped`: producers that lost their slot to a later lap |
-/// | 16     | 48   | reserved, zero                          |
-/// | 64     | 2560 | 64 slots of 40 bytes: `seq`, `timestamp`, `meta`, `arg`, `check` |
-///
-/// # Examples
-/// ```
-/// use cxc_sidecar::{ObservationRing, OpCode};
-///
-/// let ring = ObservationRing::new(); // in a file: a field of the primitive's fixed block
-/// ring.record(OpCode::LeaseRelease, 0, 7);
-/// let batch = ring.read_since(0);
-/// assert_eq!(batch.observations.len(), 1);
-/// assert_eq!(batch.observations[0].op, OpCode::LeaseRelease);
-/// assert_eq!((batch.next, batch.lost), (1, 0));
-/// ```
-#[derive(FromBytes, KnownLayout)]
-#[repr(C, align(64))]
-pub struct ObservationRing {
-    pub(super) head: AtomicU64,
-    pub(super) dropped: AtomicU64,
-    pub(super) _reserved: [AtomicU64; 6],
-    pub(super) slots: [RingSlot; RING_CAPACITY],
+cxc_mmf::atomic_layout! {
+    /// A fixed-size, multi-producer, lossy ring of [`Observation`]s, stored in a primitive's
+    /// file so any process (or the `cxc` CLI) can read recent events.
+    ///
+    /// It is an in-file view: `#[repr(C, align(64))]`, only `AtomicU64`s, 2624 bytes, and an
+    /// all-zero ring is a valid empty ring, so a primitive embeds it in its fixed block and a
+    /// freshly created (zero-filled) file needs no initialisation. Any number of threads and
+    /// processes may [`record`](Self::record) at once; readers ([`read_since`](Self::read_since))
+    /// validate every entry and never return a torn one. When producers outpace a reader, the
+    /// oldest entries are overwritten and the reader is told how many it lost.
+    ///
+    /// | offset | size | field                                   |
+    /// |-------:|-----:|-----------------------------------------|
+    /// | 0      | 8    | `head`: tickets taken (= events recorded) |
+    /// | 8      | 8    | `dropped`: producers that lost their slot to a later lap |
+    /// | 16     | 48   | reserved, zero                          |
+    /// | 64     | 2560 | 64 slots of 40 bytes: `seq`, `timestamp`, `meta`, `arg`, `check` |
+    ///
+    /// # Examples
+    /// ```
+    /// use cxc_sidecar::{ObservationRing, OpCode};
+    ///
+    /// let ring = ObservationRing::new(); // in a file: a field of the primitive's fixed block
+    /// ring.record(OpCode::LeaseRelease, 0, 7);
+    /// let batch = ring.read_since(0);
+    /// assert_eq!(batch.observations.len(), 1);
+    /// assert_eq!(batch.observations[0].op, OpCode::LeaseRelease);
+    /// assert_eq!((batch.next, batch.lost), (1, 0));
+    /// ```
+    #[derive(FromBytes, KnownLayout)]
+    #[repr(C, align(64))]
+    pub struct ObservationRing {
+        pub(super) head: AtomicU64,
+        pub(super) dropped: AtomicU64,
+        pub(super) _reserved: [AtomicU64; 6],
+        pub(super) slots: [RingSlot; RING_CAPACITY],
+    }
 }
 
 const _: () = assert!(size_of::<RingSlot>() == 40);

@@ -12,24 +12,26 @@ pub(super) const CAP: u64 = RING_CAPACITY as u64;
 pub(super) const PENDING_SPINS: u32 = 64;
 pub(super) const PENDING_YIELDS: u32 = 8;
 
-/// One entry: five words, 40 bytes.
-///
-/// `pub` only because `ObservationRing`'s derived `KnownLayout` names the type of its last
-/// field in a public impl; the module is private, so the type cannot be named outside.
-#[derive(Debug, FromBytes, KnownLayout)]
-#[repr(C)]
-#[allow(unreachable_pub)]
-pub struct RingSlot {
-    /// Sequence word (see the module docs).
-    pub(super) seq: AtomicU64,
-    /// `CLOCK_MONOTONIC` nanoseconds.
-    pub(super) timestamp: AtomicU64,
-    /// `pid | op << 32 | flags << 48`.
-    pub(super) meta: AtomicU64,
-    /// The op's argument.
-    pub(super) arg: AtomicU64,
-    /// [`checksum`] over the ticket and the three words above.
-    pub(super) check: AtomicU64,
+cxc_mmf::atomic_layout! {
+    /// One entry: five words, 40 bytes.
+    ///
+    /// `pub` only because `ObservationRing`'s derived `KnownLayout` names the type of its last
+    /// field in a public impl; the module is private, so the type cannot be named outside.
+    #[derive(Debug, FromBytes, KnownLayout)]
+    #[repr(C)]
+    #[allow(unreachable_pub)]
+    pub struct RingSlot {
+        /// Sequence word (see the module docs).
+        pub(super) seq: AtomicU64,
+        /// `CLOCK_MONOTONIC` nanoseconds.
+        pub(super) timestamp: AtomicU64,
+        /// `pid | op << 32 | flags << 48`.
+        pub(super) meta: AtomicU64,
+        /// The op's argument.
+        pub(super) arg: AtomicU64,
+        /// [`checksum`] over the ticket and the three words above.
+        pub(super) check: AtomicU64,
+    }
 }
 
 impl RingSlot {

@@ -12,13 +12,15 @@ use zerocopy::{FromBytes, KnownLayout};
 
 use cxc_sidecar::{AdaptiveInstance, HandshakeHeader, ObservationRing, OpCode, counter_values};
 
-/// The probe's fixed block, laid out like a primitive's.
-#[derive(FromBytes, KnownLayout)]
-#[repr(C, align(64))]
-pub struct ProbeState {
-    pub counters: [AtomicU64; 16],
-    pub handshake: HandshakeHeader,
-    pub ring: ObservationRing,
+cxc_mmf::atomic_layout! {
+    /// The probe's fixed block, laid out like a primitive's.
+    #[derive(FromBytes, KnownLayout)]
+    #[repr(C, align(64))]
+    pub struct ProbeState {
+        pub counters: [AtomicU64; 16],
+        pub handshake: HandshakeHeader,
+        pub ring: ObservationRing,
+    }
 }
 
 const _: () = assert!(size_of::<ProbeState>() == 128 + 64 + 2624);

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::reactor::{Check, Ticket, reactor};
+use super::reactor::{Check, Waiting};
 use crate::lease::{LeaseGuard, OwnedLeaseGuard, OwnerLease};
 
 /// Tag of the lock group of a lease's wake word.
@@ -17,14 +17,14 @@ const LOCK_TAG: u64 = 0;
 #[must_use = "futures do nothing unless polled"]
 pub struct LockFuture<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> {
     lease: &'a OwnerLease<T>,
-    ticket: Option<Ticket>,
+    ticket: Waiting,
 }
 
 /// The future of [`OwnerLease::lock_owned_async`].
 #[must_use = "futures do nothing unless polled"]
 pub struct OwnedLockFuture<T: FromBytes + IntoBytes + Immutable + KnownLayout> {
     lease: Arc<OwnerLease<T>>,
-    ticket: Option<Ticket>,
+    ticket: Waiting,
 }
 
 /// The future of `LeaseGuard::lost`: resolves when the guard's claim is no longer the
@@ -33,7 +33,7 @@ pub struct OwnedLockFuture<T: FromBytes + IntoBytes + Immutable + KnownLayout> {
 pub struct LeaseLost<'a> {
     is_current: Box<dyn Fn() -> bool + Send + Sync + 'a>,
     key: (usize, u64),
-    ticket: Option<Ticket>,
+    ticket: Waiting,
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
@@ -51,7 +51,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     pub fn lock_async(&self) -> LockFuture<'_, T> {
         LockFuture {
             lease: self,
-            ticket: None,
+            ticket: Waiting::new(),
         }
     }
 
@@ -60,7 +60,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     pub fn lock_owned_async(self: Arc<Self>) -> OwnedLockFuture<T> {
         OwnedLockFuture {
             lease: self,
-            ticket: None,
+            ticket: Waiting::new(),
         }
     }
 
@@ -88,25 +88,15 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for LockFutu
         let this = self.get_mut();
         let lease = this.lease;
         if let Some(g) = lease.try_lock() {
-            if let Some(t) = this.ticket.take() {
-                reactor().disarm(t);
-            }
+            this.ticket.leave();
             return Poll::Ready(g);
         }
         let key = (lease.wake_addr(), LOCK_TAG);
-        reactor().arm(&mut this.ticket, key, cx.waker(), || lease.lock_check());
+        this.ticket.arm(key, cx.waker(), || lease.lock_check());
         // Re-check after arming: a release between the attempt and the arm was seen by
         // the reactor's own announce/check (it runs the parking protocol), so waiting is
         // safe; trying once more only saves a round trip through the reactor.
         Poll::Pending
-    }
-}
-
-impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for LockFuture<'_, T> {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            reactor().disarm(t);
-        }
     }
 }
 
@@ -116,23 +106,13 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for OwnedLockFut
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         if let Some(g) = this.lease.clone().try_lock_owned() {
-            if let Some(t) = this.ticket.take() {
-                reactor().disarm(t);
-            }
+            this.ticket.leave();
             return Poll::Ready(g);
         }
         let key = (this.lease.wake_addr(), LOCK_TAG);
         let lease = &this.lease;
-        reactor().arm(&mut this.ticket, key, cx.waker(), || lease.lock_check());
+        this.ticket.arm(key, cx.waker(), || lease.lock_check());
         Poll::Pending
-    }
-}
-
-impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for OwnedLockFuture<T> {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            reactor().disarm(t);
-        }
     }
 }
 
@@ -145,7 +125,7 @@ impl<'a> LeaseLost<'a> {
         LeaseLost {
             is_current,
             key: (wake_addr, claim_id | 1 << 63),
-            ticket: None,
+            ticket: Waiting::new(),
         }
     }
 }
@@ -156,15 +136,13 @@ impl Future for LeaseLost<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         if !(this.is_current)() {
-            if let Some(t) = this.ticket.take() {
-                reactor().disarm(t);
-            }
+            this.ticket.leave();
             return Poll::Ready(());
         }
         // The group's check cannot borrow `is_current` (the reactor needs 'static), so
         // it wakes the waiter once per tick; the waiter's poll decides. One cheap load per
         // tick per guard that awaits its loss.
-        reactor().arm(&mut this.ticket, this.key, cx.waker(), || {
+        this.ticket.arm(this.key, cx.waker(), || {
             let mut last = std::time::Instant::now();
             Box::new(move || {
                 if last.elapsed() >= super::reactor::TICK {
@@ -179,19 +157,11 @@ impl Future for LeaseLost<'_> {
     }
 }
 
-impl Drop for LeaseLost<'_> {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            reactor().disarm(t);
-        }
-    }
-}
-
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for LockFuture<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockFuture")
             .field("lease", &self.lease.path())
-            .field("waiting", &self.ticket.is_some())
+            .field("waiting", &self.ticket.is_waiting())
             .finish()
     }
 }
@@ -200,7 +170,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for Own
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnedLockFuture")
             .field("lease", &self.lease.path())
-            .field("waiting", &self.ticket.is_some())
+            .field("waiting", &self.ticket.is_waiting())
             .finish()
     }
 }
@@ -208,7 +178,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for Own
 impl std::fmt::Debug for LeaseLost<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseLost")
-            .field("waiting", &self.ticket.is_some())
+            .field("waiting", &self.ticket.is_waiting())
             .finish_non_exhaustive()
     }
 }

@@ -62,6 +62,42 @@ pub(crate) struct Ticket {
     id: u64,
 }
 
+/// A future's place in the reactor: in no group, or in one (a [`Ticket`]). It leaves its
+/// group when the future resolves ([`leave`](Self::leave)) or is dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting(Option<Ticket>);
+
+impl Waiting {
+    /// In no group.
+    pub(crate) const fn new() -> Self {
+        Waiting(None)
+    }
+
+    /// Joins the group `key` (or stays in it) to be woken through `waker`; `make_check`
+    /// builds the group's check if this creates the group (see [`Reactor::arm`]).
+    pub(crate) fn arm(&mut self, key: Key, waker: &Waker, make_check: impl FnOnce() -> Check) {
+        reactor().arm(&mut self.0, key, waker, make_check);
+    }
+
+    /// Leaves the group, if in one.
+    pub(crate) fn leave(&mut self) {
+        if let Some(t) = self.0.take() {
+            reactor().disarm(t);
+        }
+    }
+
+    /// Whether the future is in a group.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
 #[derive(Default)]
 struct Groups {
     map: HashMap<Key, Group>,

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::reactor::{Ticket, reactor};
+use super::reactor::Waiting;
 use crate::rwlock::{Claim, Drained, ReadGuard, SharedRwLock, WriteGuard};
 
 /// Group tags of the readers' and the writers' wake words. The drain group's tag is the
@@ -24,14 +24,14 @@ const CLAIM_TAG: u64 = 0;
 #[must_use = "futures do nothing unless polled"]
 pub struct ReadFuture<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> {
     lock: &'a SharedRwLock<T>,
-    ticket: Option<Ticket>,
+    ticket: Waiting,
 }
 
 /// The future of [`SharedRwLock::write_async`].
 #[must_use = "futures do nothing unless polled"]
 pub struct WriteFuture<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> {
     lock: &'a SharedRwLock<T>,
-    ticket: Option<Ticket>,
+    ticket: Waiting,
     /// The claim installed and draining, if any.
     claim: Option<Claim>,
     counted: bool,
@@ -53,7 +53,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     pub fn read_async(&self) -> ReadFuture<'_, T> {
         ReadFuture {
             lock: self,
-            ticket: None,
+            ticket: Waiting::new(),
         }
     }
 
@@ -78,16 +78,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     pub fn write_async(&self) -> WriteFuture<'_, T> {
         WriteFuture {
             lock: self,
-            ticket: None,
+            ticket: Waiting::new(),
             claim: None,
             counted: false,
         }
-    }
-}
-
-fn leave(ticket: &mut Option<Ticket>) {
-    if let Some(t) = ticket.take() {
-        reactor().disarm(t);
     }
 }
 
@@ -98,23 +92,16 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for ReadFutu
         let this = self.get_mut();
         let lock = this.lock;
         if let Some(g) = lock.try_read() {
-            leave(&mut this.ticket);
+            this.ticket.leave();
             return Poll::Ready(g);
         }
-        if this.ticket.is_none() {
+        if !this.ticket.is_waiting() {
             lock.count_contended(false);
         }
         let key = (lock.async_words()[0], READ_TAG);
-        reactor().arm(&mut this.ticket, key, cx.waker(), || {
-            lock.writer_gone_check()
-        });
+        this.ticket
+            .arm(key, cx.waker(), || lock.writer_gone_check());
         Poll::Pending
-    }
-}
-
-impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for ReadFuture<'_, T> {
-    fn drop(&mut self) {
-        leave(&mut self.ticket);
     }
 }
 
@@ -129,7 +116,7 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for WriteFut
                 match lock.claim_async() {
                     Some(c) => {
                         // Leave the writers' group: from now on this waits for readers.
-                        leave(&mut this.ticket);
+                        this.ticket.leave();
                         this.claim = Some(c);
                         continue;
                     }
@@ -139,9 +126,8 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for WriteFut
                             lock.count_contended(true);
                         }
                         let key = (lock.async_words()[1], CLAIM_TAG);
-                        reactor().arm(&mut this.ticket, key, cx.waker(), || {
-                            lock.writer_gone_check()
-                        });
+                        this.ticket
+                            .arm(key, cx.waker(), || lock.writer_gone_check());
                         return Poll::Pending;
                     }
                 }
@@ -149,12 +135,12 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for WriteFut
             match lock.drained(claim) {
                 Drained::Held(g) => {
                     this.claim = None;
-                    leave(&mut this.ticket);
+                    this.ticket.leave();
                     return Poll::Ready(g);
                 }
                 Drained::Lost => {
                     this.claim = None;
-                    leave(&mut this.ticket);
+                    this.ticket.leave();
                 }
                 Drained::Waiting => {
                     if !this.counted {
@@ -162,9 +148,7 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for WriteFut
                         lock.count_contended(true);
                     }
                     let key = (lock.async_words()[2], claim.tag());
-                    reactor().arm(&mut this.ticket, key, cx.waker(), || {
-                        lock.drain_check(claim)
-                    });
+                    this.ticket.arm(key, cx.waker(), || lock.drain_check(claim));
                     return Poll::Pending;
                 }
             }
@@ -174,7 +158,7 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for WriteFut
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for WriteFuture<'_, T> {
     fn drop(&mut self) {
-        leave(&mut self.ticket);
+        self.ticket.leave();
         if let Some(c) = self.claim.take() {
             self.lock.abandon(c);
         }
@@ -185,7 +169,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for Rea
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReadFuture")
             .field("lock", &self.lock.path())
-            .field("waiting", &self.ticket.is_some())
+            .field("waiting", &self.ticket.is_waiting())
             .finish()
     }
 }
@@ -195,7 +179,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for Wri
         f.debug_struct("WriteFuture")
             .field("lock", &self.lock.path())
             .field("claimed", &self.claim.is_some())
-            .field("waiting", &self.ticket.is_some())
+            .field("waiting", &self.ticket.is_waiting())
             .finish()
     }
 }

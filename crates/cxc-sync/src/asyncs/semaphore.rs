@@ -5,14 +5,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::reactor::{Ticket, reactor};
+use super::reactor::Waiting;
 use crate::semaphore::{Permit, SharedSemaphore};
 
 /// The future of [`SharedSemaphore::acquire_async`].
 #[must_use = "futures do nothing unless polled"]
 pub struct AcquireFuture<'a> {
     sem: &'a SharedSemaphore,
-    ticket: Option<Ticket>,
+    ticket: Waiting,
 }
 
 impl SharedSemaphore {
@@ -31,7 +31,7 @@ impl SharedSemaphore {
     pub fn acquire_async(&self) -> AcquireFuture<'_> {
         AcquireFuture {
             sem: self,
-            ticket: None,
+            ticket: Waiting::new(),
         }
     }
 }
@@ -43,13 +43,11 @@ impl<'a> Future for AcquireFuture<'a> {
         let this = self.get_mut();
         let sem = this.sem;
         if let Some(p) = sem.try_acquire() {
-            if let Some(t) = this.ticket.take() {
-                reactor().disarm(t);
-            }
+            this.ticket.leave();
             return Poll::Ready(p);
         }
         let key = (sem.wake_addr(), 0);
-        reactor().arm(&mut this.ticket, key, cx.waker(), || {
+        this.ticket.arm(key, cx.waker(), || {
             let handle = std::ptr::from_ref(sem) as usize;
             let mut last_reclaim = Instant::now();
             Box::new(move || {
@@ -71,19 +69,11 @@ impl<'a> Future for AcquireFuture<'a> {
     }
 }
 
-impl Drop for AcquireFuture<'_> {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            reactor().disarm(t);
-        }
-    }
-}
-
 impl std::fmt::Debug for AcquireFuture<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AcquireFuture")
             .field("semaphore", &self.sem.path())
-            .field("waiting", &self.ticket.is_some())
+            .field("waiting", &self.ticket.is_waiting())
             .finish()
     }
 }

@@ -141,30 +141,6 @@ impl ElectionConfig {
         self
     }
 
-    /// Sets the background renewer's period.
-    pub fn renew_period(mut self, d: Duration) -> Self {
-        self.renew_period = d;
-        self
-    }
-
-    /// Sets the standby's retry period.
-    pub fn retry_period(mut self, d: Duration) -> Self {
-        self.retry_period = d;
-        self
-    }
-
-    /// Sets whether dropping the leadership resigns.
-    pub fn release_on_cancel(mut self, yes: bool) -> Self {
-        self.release_on_cancel = yes;
-        self
-    }
-
-    /// Sets the renewal mode.
-    pub fn renewal(mut self, renewal: Renewal) -> Self {
-        self.renewal = renewal;
-        self
-    }
-
     fn validate(&self) -> Result<(), ElectionError> {
         let bad = |why: &str| Err(ElectionError::InvalidConfig(why.to_owned()));
         if self.identity.is_empty() {
@@ -184,6 +160,13 @@ impl ElectionConfig {
         Ok(())
     }
 }
+
+crate::macros::setters!(ElectionConfig {
+    renew_period: Duration,
+    retry_period: Duration,
+    release_on_cancel: bool,
+    renewal: Renewal,
+});
 
 /// What an [`Elector`] tells its subscribers.
 #[derive(Debug, Clone, PartialEq, Eq)]

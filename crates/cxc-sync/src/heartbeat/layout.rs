@@ -31,9 +31,6 @@
 //! | `pid != 0`, FENCED clear   | LIVE    | registered worker `(pid, generation)`        |
 //! | `pid != 0`, FENCED set     | FENCED  | declared dead or unregistered; owner locked out |
 
-#[cfg(not(cxc_loom))]
-use zerocopy::{FromBytes, KnownLayout};
-
 use crate::primitive::AtomicU64;
 
 /// Largest slot count a table may have.
@@ -111,106 +108,91 @@ pub(crate) const fn next_gen(generation: u32) -> u32 {
     if n == 0 { 1 } else { n }
 }
 
-/// Indices into the heartbeat file's `counters` array (cumulative event counts, transitions and slow
-/// paths only). Read them with `HeartbeatTable::counters`.
-pub mod counter {
-    /// Successful `register` calls.
-    pub const REGISTER: usize = 0;
-    /// Registrations that reused a fenced or freed slot.
-    pub const REUSE_FENCED: usize = 1;
-    /// Registrations that reused a slot whose owner was dead by OS identity.
-    pub const REUSE_OS_DEAD: usize = 2;
-    /// `register` calls that failed with `TableFull`.
-    pub const TABLE_FULL: usize = 3;
-    /// Successful `unregister` calls.
-    pub const UNREGISTER: usize = 4;
-    /// Watchdog scans.
-    pub const SCAN: usize = 5;
-    /// Dead-slot entries reported by scans.
-    pub const DEAD_REPORTED: usize = 6;
-    /// Of those, slots reported dead by OS identity while their lag was within grace.
-    pub const OS_DEAD_DETECTED: usize = 7;
-    /// Successful fencing transitions (LIVE -> FENCED) by a watchdog.
-    pub const FENCE: usize = 8;
-    /// In-flight bits returned by `reclaim`.
-    pub const RECLAIMED_BITS: usize = 9;
-    /// In-flight bits erased by `clear_dead_bitmap`.
-    pub const CLEARED_BITS: usize = 10;
-    /// `beat`/`mark_in_flight`/`clear_in_flight` refused because the caller was fenced
-    /// or its slot was taken over.
-    pub const FENCED_REJECT: usize = 11;
-    /// Snapshots abandoned after the bounded number of retries.
-    pub const SNAPSHOT_GIVEUP: usize = 12;
-    /// Calls with a slot index or bit outside the table.
-    pub const OUT_OF_RANGE: usize = 13;
-    /// Idle stale slots fenced by `sweep_idle`.
-    pub const SWEPT_IDLE: usize = 14;
-    /// Number of counters.
-    pub const COUNT: usize = 16;
-    /// Names of the counters, by index (empty for unused indices).
-    pub const NAMES: [&str; COUNT] = [
-        "register",
-        "reuse_fenced",
-        "reuse_os_dead",
-        "table_full",
-        "unregister",
-        "scan",
-        "dead_reported",
-        "os_dead_detected",
-        "fence",
-        "reclaimed_bits",
-        "cleared_bits",
-        "fenced_reject",
-        "snapshot_giveup",
-        "out_of_range",
-        "swept_idle",
-        "",
-    ];
+crate::macros::counters! {
+    /// Indices into the heartbeat file's `counters` array (cumulative event counts,
+    /// transitions and slow paths only). Read them with `HeartbeatTable::counters`.
+    pub mod counter [16] {
+        /// Successful `register` calls.
+        REGISTER = register,
+        /// Registrations that reused a fenced or freed slot.
+        REUSE_FENCED = reuse_fenced,
+        /// Registrations that reused a slot whose owner was dead by OS identity.
+        REUSE_OS_DEAD = reuse_os_dead,
+        /// `register` calls that failed with `TableFull`.
+        TABLE_FULL = table_full,
+        /// Successful `unregister` calls.
+        UNREGISTER = unregister,
+        /// Watchdog scans.
+        SCAN = scan,
+        /// Dead-slot entries reported by scans.
+        DEAD_REPORTED = dead_reported,
+        /// Of those, slots reported dead by OS identity while their lag was within grace.
+        OS_DEAD_DETECTED = os_dead_detected,
+        /// Successful fencing transitions (LIVE -> FENCED) by a watchdog.
+        FENCE = fence,
+        /// In-flight bits returned by `reclaim`.
+        RECLAIMED_BITS = reclaimed_bits,
+        /// In-flight bits erased by `clear_dead_bitmap`.
+        CLEARED_BITS = cleared_bits,
+        /// `beat`/`mark_in_flight`/`clear_in_flight` refused because the caller was fenced
+        /// or its slot was taken over.
+        FENCED_REJECT = fenced_reject,
+        /// Snapshots abandoned after the bounded number of retries.
+        SNAPSHOT_GIVEUP = snapshot_giveup,
+        /// Calls with a slot index or bit outside the table.
+        OUT_OF_RANGE = out_of_range,
+        /// Idle stale slots fenced by `sweep_idle`.
+        SWEPT_IDLE = swept_idle,
+    }
+    /// A snapshot of a heartbeat table's cumulative event counters
+    /// ([`HeartbeatTable::stats`](crate::HeartbeatTable::stats)), field by field as in
+    /// [`heartbeat_counter`](crate::heartbeat_counter).
+    pub struct HeartbeatStats;
 }
 
-/// The fixed block after the file header (2880 bytes).
-///
-/// | offset | field          | meaning                                            |
-/// |-------:|----------------|----------------------------------------------------|
-/// | 0      | `global_epoch` | manual epoch counter (also the offset in clock mode) |
-/// | 8      | `_reserved`    | zero                                               |
-/// | 64     | `counters`     | `[u64; 16]` event counters, see [`counter`]        |
-/// | 192    | `handshake`    | shared strategy block (`cxc-sidecar`)              |
-/// | 256    | `ring`         | observation ring (`cxc-sidecar`), 2624 bytes       |
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-#[cfg_attr(cxc_loom, allow(dead_code))]
-pub(crate) struct HeartbeatHead {
-    pub(crate) global_epoch: AtomicU64,
-    pub(crate) _reserved: [AtomicU64; 7],
-    pub(crate) counters: [AtomicU64; counter::COUNT],
-    pub(crate) handshake: cxc_sidecar::HandshakeHeader,
-    pub(crate) ring: cxc_sidecar::ObservationRing,
-}
+crate::macros::file_layout! {
+    /// The fixed block after the file header (2880 bytes).
+    ///
+    /// | offset | field          | meaning                                            |
+    /// |-------:|----------------|----------------------------------------------------|
+    /// | 0      | `global_epoch` | manual epoch counter (also the offset in clock mode) |
+    /// | 8      | `_reserved`    | zero                                               |
+    /// | 64     | `counters`     | `[u64; 16]` event counters, see [`counter`]        |
+    /// | 192    | `handshake`    | shared strategy block (`cxc-sidecar`)              |
+    /// | 256    | `ring`         | observation ring (`cxc-sidecar`), 2624 bytes       |
+    #[repr(C, align(64))]
+    #[cfg_attr(cxc_loom, allow(dead_code))]
+    pub(crate) struct HeartbeatHead {
+        pub(crate) global_epoch: AtomicU64,
+        pub(crate) _reserved: [AtomicU64; 7],
+        pub(crate) counters: [AtomicU64; counter::COUNT],
+        pub(crate) handshake: cxc_sidecar::HandshakeHeader,
+        pub(crate) ring: cxc_sidecar::ObservationRing,
+    }
 
-/// One worker's slot: exactly one cache line.
-///
-/// | offset | field        | meaning                                              |
-/// |-------:|--------------|------------------------------------------------------|
-/// | 0      | `owner`      | pid / generation / FENCED                            |
-/// | 8      | `last_seen`  | epoch of the last beat (monotone per registration)   |
-/// | 16     | `lo`         | tag / in-flight bits 0..31                           |
-/// | 24     | `hi`         | tag / in-flight bits 32..63                          |
-/// | 32     | `id_unique`  | identity of the registered process: pidfs inode or start time |
-/// | 40     | `id_pidns`   | identity: pid namespace inode                        |
-/// | 48     | `id_boot`    | identity: boot id hash                               |
-/// | 56     | `id_gen`     | generation the `id_*` words belong to (0: being written) |
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-pub(crate) struct HeartbeatSlot {
-    pub(crate) owner: AtomicU64,
-    pub(crate) last_seen: AtomicU64,
-    pub(crate) lo: AtomicU64,
-    pub(crate) hi: AtomicU64,
-    pub(crate) id_unique: AtomicU64,
-    pub(crate) id_pidns: AtomicU64,
-    pub(crate) id_boot: AtomicU64,
-    pub(crate) id_gen: AtomicU64,
+    /// One worker's slot: exactly one cache line.
+    ///
+    /// | offset | field        | meaning                                              |
+    /// |-------:|--------------|------------------------------------------------------|
+    /// | 0      | `owner`      | pid / generation / FENCED                            |
+    /// | 8      | `last_seen`  | epoch of the last beat (monotone per registration)   |
+    /// | 16     | `lo`         | tag / in-flight bits 0..31                           |
+    /// | 24     | `hi`         | tag / in-flight bits 32..63                          |
+    /// | 32     | `id_unique`  | identity of the registered process: pidfs inode or start time |
+    /// | 40     | `id_pidns`   | identity: pid namespace inode                        |
+    /// | 48     | `id_boot`    | identity: boot id hash                               |
+    /// | 56     | `id_gen`     | generation the `id_*` words belong to (0: being written) |
+    #[repr(C, align(64))]
+    pub(crate) struct HeartbeatSlot {
+        pub(crate) owner: AtomicU64,
+        pub(crate) last_seen: AtomicU64,
+        pub(crate) lo: AtomicU64,
+        pub(crate) hi: AtomicU64,
+        pub(crate) id_unique: AtomicU64,
+        pub(crate) id_pidns: AtomicU64,
+        pub(crate) id_boot: AtomicU64,
+        pub(crate) id_gen: AtomicU64,
+    }
 }
 
 #[cfg(not(cxc_loom))]

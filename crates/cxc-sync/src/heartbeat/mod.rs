@@ -16,31 +16,29 @@
 //! Layout, protocol and pitfalls: `docs/heartbeat.md` and `docs/failover-watchdog.md`.
 
 mod error;
-#[cfg(not(cxc_loom))]
-mod guard;
 mod layout;
 mod slot;
-#[cfg(not(cxc_loom))]
-mod snapshot;
-#[cfg(not(cxc_loom))]
-mod table;
-#[cfg(not(cxc_loom))]
-mod watchdog;
+crate::macros::not_loom! {
+    mod guard;
+    mod snapshot;
+    mod table;
+    mod watchdog;
+}
 
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 
 pub use error::HeartbeatError;
-#[cfg(not(cxc_loom))]
-pub use guard::Registration;
+pub use layout::HeartbeatStats;
 pub use layout::MAX_CAPACITY as HEARTBEAT_MAX_CAPACITY;
 pub use layout::counter as heartbeat_counter;
 pub use slot::HeartbeatSnapshot;
-#[cfg(not(cxc_loom))]
-pub use snapshot::HeartbeatTableSnapshot;
-#[cfg(not(cxc_loom))]
-pub use table::{HeartbeatOptions, HeartbeatTable};
-#[cfg(not(cxc_loom))]
-pub use watchdog::{
-    DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, InFlightBits, ReclaimReport,
-};
+crate::macros::not_loom! {
+    pub use guard::Registration;
+    pub use snapshot::HeartbeatTableSnapshot;
+    pub use table::{HeartbeatOptions, HeartbeatTable};
+    pub use watchdog::{
+        DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, InFlightBits,
+        ReclaimReport,
+    };
+}

@@ -2,12 +2,12 @@
 
 use std::path::Path;
 
-use cxc_mmf::{Expect, Kind, MmfError, Snapshot, TypeFingerprint};
+use cxc_mmf::Snapshot;
 
 use super::error::HeartbeatError;
-use super::layout::{HeartbeatHead, HeartbeatSlot, MAX_CAPACITY, counter};
+use super::layout::{HeartbeatHead, HeartbeatSlot, counter};
 use super::slot::HeartbeatSnapshot;
-use super::table::{HEAD_SIZE, HeartbeatTable, SLOT_SIZE, check_params};
+use super::table::{HeartbeatTable, check_not_empty, expect};
 use crate::epoch::{EpochClock, EpochMode};
 use crate::primitive::Ordering;
 
@@ -42,25 +42,9 @@ impl HeartbeatTable {
     /// [`HeartbeatError::File`] if the file is not a valid heartbeat table or cannot be
     /// read.
     pub fn inspect(path: impl AsRef<Path>) -> Result<HeartbeatTableSnapshot, HeartbeatError> {
-        let expect = Expect {
-            kind: Kind::Heartbeat,
-            head_size: HEAD_SIZE,
-            slot_size: SLOT_SIZE,
-            capacity: None,
-            max_capacity: MAX_CAPACITY as u64,
-            payload: TypeFingerprint::NONE,
-            check_params: &check_params,
-        };
-        let snap: Snapshot<HeartbeatHead, HeartbeatSlot> = Snapshot::read(path, &expect)?;
+        let snap: Snapshot<HeartbeatHead, HeartbeatSlot> = Snapshot::read(path, &expect(None))?;
         let layout = snap.info().layout;
-        if layout.capacity == 0 {
-            return Err(MmfError::ParamMismatch {
-                name: "capacity",
-                expected: format!("1..={MAX_CAPACITY}"),
-                found: 0,
-            }
-            .into());
-        }
+        check_not_empty(&layout)?;
         // Validated by `check_params`.
         let epoch_mode = EpochMode::decode(layout.params[0], layout.params[1]).unwrap_or_default();
         let head = snap.head();

@@ -116,6 +116,32 @@ pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     Ok(())
 }
 
+/// What an opener of a heartbeat file of `capacity` slots (`None`: any) expects.
+pub(super) fn expect(capacity: Option<u64>) -> Expect<'static> {
+    Expect {
+        kind: Kind::Heartbeat,
+        head_size: HEAD_SIZE,
+        slot_size: SLOT_SIZE,
+        capacity,
+        max_capacity: MAX_CAPACITY as u64,
+        payload: TypeFingerprint::NONE,
+        check_params: &check_params,
+    }
+}
+
+/// Refuses a file without slots (the format allows none; a table needs one).
+pub(super) fn check_not_empty(layout: &Layout) -> Result<(), HeartbeatError> {
+    if layout.capacity == 0 {
+        return Err(MmfError::ParamMismatch {
+            name: "capacity",
+            expected: format!("1..={MAX_CAPACITY}"),
+            found: 0,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 fn check_capacity(capacity: usize) -> Result<(), HeartbeatError> {
     if capacity == 0 || capacity > MAX_CAPACITY {
         return Err(HeartbeatError::InvalidCapacity {
@@ -197,25 +223,9 @@ impl HeartbeatTable {
     }
 
     fn open_inner(path: &Path, capacity: Option<u64>) -> Result<Self, HeartbeatError> {
-        let expect = Expect {
-            kind: Kind::Heartbeat,
-            head_size: HEAD_SIZE,
-            slot_size: SLOT_SIZE,
-            capacity,
-            max_capacity: MAX_CAPACITY as u64,
-            payload: TypeFingerprint::NONE,
-            check_params: &check_params,
-        };
-        let map: Mapped<HeartbeatHead, HeartbeatSlot> = Mapped::open(path, &expect)?;
+        let map: Mapped<HeartbeatHead, HeartbeatSlot> = Mapped::open(path, &expect(capacity))?;
         let layout = map.info().layout;
-        if layout.capacity == 0 {
-            return Err(MmfError::ParamMismatch {
-                name: "capacity",
-                expected: format!("1..={MAX_CAPACITY}"),
-                found: 0,
-            }
-            .into());
-        }
+        check_not_empty(&layout)?;
         let epoch = EpochMode::decode(layout.params[0], layout.params[1])
             .expect("validated by check_params");
         Ok(Self::from_map(map, epoch))
@@ -257,6 +267,22 @@ impl HeartbeatTable {
     #[inline]
     pub fn global_epoch(&self) -> u64 {
         self.clock.now(&self.map.head().global_epoch)
+    }
+
+    /// The cumulative event counters, typed.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let table = cxc_sync::HeartbeatTable::create(dir.path().join("hb"), 4).unwrap();
+    /// let slot = table.register(std::process::id()).unwrap();
+    /// assert!(table.unregister(slot));
+    /// let stats = table.stats();
+    /// assert_eq!((stats.register, stats.unregister, stats.table_full), (1, 1, 0));
+    /// let by_index = table.counters();
+    /// assert_eq!(by_index[cxc_sync::heartbeat_counter::REGISTER], stats.register);
+    /// ```
+    pub fn stats(&self) -> HeartbeatStats {
+        HeartbeatStats::read(&self.map.head().counters)
     }
 
     /// The cumulative event counters (indices in [`counter`]).
@@ -458,23 +484,4 @@ impl HeartbeatTable {
     }
 }
 
-impl cxc_sidecar::Instrumented for HeartbeatTable {
-    fn kind(&self) -> cxc_mmf::Kind {
-        cxc_mmf::Kind::Heartbeat
-    }
-
-    fn name(&self) -> String {
-        self.map.path().display().to_string()
-    }
-
-    fn instruments(&self) -> cxc_sidecar::Instruments<'_> {
-        let head = self.map.head();
-        cxc_sidecar::Instruments {
-            observed: &self.observed,
-            counters: &head.counters,
-            counter_names: &counter::NAMES[..15],
-            handshake: &head.handshake,
-            ring: &head.ring,
-        }
-    }
-}
+crate::macros::instrumented!(HeartbeatTable, cxc_mmf::Kind::Heartbeat, &counter::NAMES[..counter::IN_USE]);

@@ -223,20 +223,14 @@ impl<'a> FailoverWatchdog<'a> {
     /// [`reclaim`](Self::reclaim) for an explicit snapshot (e.g. taken with
     /// [`HeartbeatTable::snapshot`]).
     pub fn reclaim_snapshot(&self, slot: usize, snapshot: &HeartbeatSnapshot) -> u64 {
-        let (Some(s), Some(seen)) = (self.table.slots().get(slot), snapshot.owner_word()) else {
+        let Some(bits) = self.fence_with(slot, snapshot, counter::RECLAIMED_BITS, |s, seen| {
+            s.reclaim(seen)
+        }) else {
             return 0;
         };
-        match s.reclaim(seen) {
-            Some((bits, newly)) => {
-                self.after_fence(newly);
-                self.table
-                    .bump(counter::RECLAIMED_BITS, u64::from(bits.count_ones()));
-                self.table
-                    .note(cxc_sidecar::OpCode::HeartbeatReclaim, 0, bits);
-                bits
-            }
-            None => 0,
-        }
+        self.table
+            .note(cxc_sidecar::OpCode::HeartbeatReclaim, 0, bits);
+        bits
     }
 
     /// The seed's silencing call, made safe: fences `slot` (as reported by the last scan)
@@ -252,18 +246,27 @@ impl<'a> FailoverWatchdog<'a> {
 
     /// [`clear_dead_bitmap`](Self::clear_dead_bitmap) for an explicit snapshot.
     pub fn clear_snapshot(&self, slot: usize, snapshot: &HeartbeatSnapshot) -> u64 {
-        let (Some(s), Some(seen)) = (self.table.slots().get(slot), snapshot.owner_word()) else {
-            return 0;
-        };
-        match s.clear_reported(seen, snapshot.in_flight_bitmap) {
-            Some((bits, newly)) => {
-                self.after_fence(newly);
-                self.table
-                    .bump(counter::CLEARED_BITS, u64::from(bits.count_ones()));
-                bits
-            }
-            None => 0,
-        }
+        self.fence_with(slot, snapshot, counter::CLEARED_BITS, |s, seen| {
+            s.clear_reported(seen, snapshot.in_flight_bitmap)
+        })
+        .unwrap_or(0)
+    }
+
+    /// Runs `take` (a fencing transition returning the bits taken and whether this call
+    /// fenced) on `slot` for the registration `snapshot` saw; counts the fence and the
+    /// bits (into `bits_counter`). `None` if the slot or the registration is gone.
+    fn fence_with(
+        &self,
+        slot: usize,
+        snapshot: &HeartbeatSnapshot,
+        bits_counter: usize,
+        take: impl FnOnce(&HeartbeatSlot, u64) -> Option<(u64, bool)>,
+    ) -> Option<u64> {
+        let s = self.table.slots().get(slot)?;
+        let (bits, newly) = take(s, snapshot.owner_word()?)?;
+        self.after_fence(newly);
+        self.table.bump(bits_counter, u64::from(bits.count_ones()));
+        Some(bits)
     }
 
     fn after_fence(&self, newly: bool) {

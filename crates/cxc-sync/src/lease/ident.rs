@@ -54,16 +54,19 @@ pub(crate) fn pid_word(pid: u32, private: bool) -> u64 {
     u64::from(pid) | if private { PRIVATE_SLOT } else { 0 }
 }
 
-/// One identity slot (one cache line).
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C)]
-pub(crate) struct IdentSlot {
-    pub(crate) state: AtomicU64,
-    pub(crate) pid: AtomicU64,
-    pub(crate) ident: [AtomicU64; 4],
-    /// Handles of the registering process that use this slot (see `unpin`).
-    pub(crate) handles: AtomicU64,
-    _reserved: AtomicU64,
+cxc_mmf::atomic_layout! {
+    #![view_if(not(cxc_loom))]
+    /// One identity slot (one cache line).
+    #[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
+    #[repr(C)]
+    pub(crate) struct IdentSlot {
+        pub(crate) state: AtomicU64,
+        pub(crate) pid: AtomicU64,
+        pub(crate) ident: [AtomicU64; 4],
+        /// Handles of the registering process that use this slot (see `unpin`).
+        pub(crate) handles: AtomicU64,
+        _reserved: AtomicU64,
+    }
 }
 
 #[cfg(not(cxc_loom))]

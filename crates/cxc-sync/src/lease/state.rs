@@ -111,13 +111,16 @@ pub mod counter {
     ];
 }
 
-/// One payload buffer: a sequence word and 48 bytes, one cache line.
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C)]
-pub(crate) struct PayloadBuf {
-    pub(crate) seq: AtomicU64,
-    pub(crate) words: [AtomicU64; PAYLOAD_WORDS],
-    _reserved: AtomicU64,
+cxc_mmf::atomic_layout! {
+    #![view_if(not(cxc_loom))]
+    /// One payload buffer: a sequence word and 48 bytes, one cache line.
+    #[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
+    #[repr(C)]
+    pub(crate) struct PayloadBuf {
+        pub(crate) seq: AtomicU64,
+        pub(crate) words: [AtomicU64; PAYLOAD_WORDS],
+        _reserved: AtomicU64,
+    }
 }
 
 impl PayloadBuf {
@@ -131,52 +134,55 @@ impl PayloadBuf {
     }
 }
 
-/// The lease's fixed block in the file (offsets in `docs/memory-layout.md`).
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-pub(crate) struct LeaseState {
-    /// The claim word (see `word.rs`).
-    pub(crate) claim: AtomicU64,
-    /// Epoch of the holder's last beat; only ever moves forward (`fetch_max`).
-    pub(crate) heartbeat: AtomicU64,
-    /// The manual epoch counter (also the offset added to clock epochs).
-    pub(crate) epoch: AtomicU64,
-    /// Checkpoint of the full generation.
-    pub(crate) term: AtomicU64,
-    /// Claim id that inherited an interrupted write (0 = none).
-    pub(crate) torn: AtomicU64,
-    /// The wake word (`park.rs`): bit 0 = sleepers, bits 1.. = wake sequence.
-    pub(crate) wake: AtomicU32,
-    /// Number of sleeping acquirers, for diagnostics only (may over-count after a waiter
-    /// died); the wake protocol does not read it.
-    pub(crate) waiters: AtomicU32,
-    /// When the current claim was made: the claimant's epoch at the claim, shifted left by
-    /// [`CLAIMED_AT_SHIFT`], over the low bits of the claim's generation (which say
-    /// whether the value belongs to the current claim). Stored (Relaxed) right after the
-    /// claim's CAS; diagnostics only, the protocol never reads it.
-    pub(crate) claimed_at: AtomicU64,
-    /// Reserved (zero).
-    _reserved: AtomicU64,
-    /// Quarantine records, one per buffer ([`quarantine_tag`]); meaningful while the
-    /// buffer's Q bit is set in the claim word.
-    pub(crate) qowner: [AtomicU64; BUFS],
-    /// The payload buffers: the published one and the holder's staging one are named by
-    /// the claim word.
-    pub(crate) bufs: [PayloadBuf; BUFS],
-    /// Cumulative event counters (see [`counter`]).
-    pub(crate) counters: [AtomicU64; 16],
-    /// Process identities of the holders (see `ident.rs`).
-    pub(crate) idents: [IdentSlot; IDENT_SLOTS],
-    /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
-    pub(crate) handshake: HandshakeHeader,
-    /// Recent transitions, recorded while a `SidecarBox` observes a handle.
-    pub(crate) ring: ObservationRing,
-    /// Loom models only: holder slots the "OS" reports dead.
-    #[cfg(cxc_loom)]
-    pub(crate) loom_dead: AtomicU64,
-    /// Loom models only: a futex with real semantics (a lost wake-up deadlocks).
-    #[cfg(cxc_loom)]
-    pub(crate) futex: crate::park::ModelFutex,
+cxc_mmf::atomic_layout! {
+    #![view_if(not(cxc_loom))]
+    /// The lease's fixed block in the file (offsets in `docs/memory-layout.md`).
+    #[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
+    #[repr(C, align(64))]
+    pub(crate) struct LeaseState {
+        /// The claim word (see `word.rs`).
+        pub(crate) claim: AtomicU64,
+        /// Epoch of the holder's last beat; only ever moves forward (`fetch_max`).
+        pub(crate) heartbeat: AtomicU64,
+        /// The manual epoch counter (also the offset added to clock epochs).
+        pub(crate) epoch: AtomicU64,
+        /// Checkpoint of the full generation.
+        pub(crate) term: AtomicU64,
+        /// Claim id that inherited an interrupted write (0 = none).
+        pub(crate) torn: AtomicU64,
+        /// The wake word (`park.rs`): bit 0 = sleepers, bits 1.. = wake sequence.
+        pub(crate) wake: AtomicU32,
+        /// Number of sleeping acquirers, for diagnostics only (may over-count after a waiter
+        /// died); the wake protocol does not read it.
+        pub(crate) waiters: AtomicU32,
+        /// When the current claim was made: the claimant's epoch at the claim, shifted left by
+        /// [`CLAIMED_AT_SHIFT`], over the low bits of the claim's generation (which say
+        /// whether the value belongs to the current claim). Stored (Relaxed) right after the
+        /// claim's CAS; diagnostics only, the protocol never reads it.
+        pub(crate) claimed_at: AtomicU64,
+        /// Reserved (zero).
+        _reserved: AtomicU64,
+        /// Quarantine records, one per buffer ([`quarantine_tag`]); meaningful while the
+        /// buffer's Q bit is set in the claim word.
+        pub(crate) qowner: [AtomicU64; BUFS],
+        /// The payload buffers: the published one and the holder's staging one are named by
+        /// the claim word.
+        pub(crate) bufs: [PayloadBuf; BUFS],
+        /// Cumulative event counters (see [`counter`]).
+        pub(crate) counters: [AtomicU64; 16],
+        /// Process identities of the holders (see `ident.rs`).
+        pub(crate) idents: [IdentSlot; IDENT_SLOTS],
+        /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
+        pub(crate) handshake: HandshakeHeader,
+        /// Recent transitions, recorded while a `SidecarBox` observes a handle.
+        pub(crate) ring: ObservationRing,
+        /// Loom models only: holder slots the "OS" reports dead.
+        #[cfg(cxc_loom)]
+        pub(crate) loom_dead: AtomicU64,
+        /// Loom models only: a futex with real semantics (a lost wake-up deadlocks).
+        #[cfg(cxc_loom)]
+        pub(crate) futex: crate::park::ModelFutex,
+    }
 }
 
 #[cfg(not(cxc_loom))]

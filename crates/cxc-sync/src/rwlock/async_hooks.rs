@@ -8,9 +8,10 @@ use std::time::Instant;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use super::guards::WriteGuard;
 use super::handle::SharedRwLock;
 use super::layout::ctr;
-use super::ops::{CHECK_EVERY, Watch, WriteGuard};
+use super::wait::{CHECK_EVERY, Watch};
 use super::word::Word;
 use crate::asyncs::reactor::Check;
 

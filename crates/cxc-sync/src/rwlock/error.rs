@@ -106,28 +106,4 @@ impl Default for RwLockOptions {
     }
 }
 
-impl RwLockOptions {
-    /// Sets [`RwLockOptions::mode`].
-    pub fn mode(mut self, mode: u32) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Sets [`RwLockOptions::holders`].
-    pub fn holders(mut self, holders: u32) -> Self {
-        self.holders = holders;
-        self
-    }
-
-    /// Sets [`RwLockOptions::grace`].
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
-
-    /// Sets [`RwLockOptions::init_timeout`].
-    pub fn init_timeout(mut self, timeout: Duration) -> Self {
-        self.init_timeout = timeout;
-        self
-    }
-}
+crate::macros::setters!(RwLockOptions { mode: u32, holders: u32, grace: Duration, init_timeout: Duration });

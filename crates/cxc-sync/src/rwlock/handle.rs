@@ -4,21 +4,25 @@
 use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
+use cxc_mmf::identity::Identity;
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
-use cxc_sidecar::{Instrumented, Instruments, OpCode};
+use cxc_sidecar::{Instrumented, OpCode};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::error::{RwLockError, RwLockOptions};
-use super::layout::{HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
-use super::ops::Seen;
+use super::layout::{RwLockStats, HEAD_SIZE, PAYLOAD_BYTES, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
 use super::raw::RawRwLock;
+use super::seen::Seen;
 use super::word::MAX_HOLDERS;
+use crate::holders::{
+    HolderCache, check_namespace, find_or_claim, is_dead, pid_namespace, reclaimable,
+};
+use crate::payload::{Misfit, check_fit, to_words};
 use crate::semaphore::word::{
-    STATE_ACTIVE, STATE_RECLAIMING, TAG_FALLBACK, identity_tag, owner_parts, owner_word,
+    STATE_ACTIVE, STATE_RECLAIMING, identity_tag, owner_parts, owner_word,
 };
 
 /// Format version in `params[1]`.
@@ -26,10 +30,6 @@ use crate::semaphore::word::{
 /// 2: the head block holds the sidecar's handshake and observation ring (3456 bytes; 768
 /// in version 1).
 const PROTOCOL: u64 = 2;
-
-/// Serialises registration within this process, so two handles of one file never claim
-/// two slots for the same process.
-static REGISTRY: Mutex<()> = Mutex::new(());
 
 /// A reader-writer lock shared by processes through a mapped file, guarding a payload
 /// `T` of at most [`PAYLOAD_BYTES`] bytes.
@@ -62,9 +62,8 @@ static REGISTRY: Mutex<()> = Mutex::new(());
 pub struct SharedRwLock<T> {
     pub(super) map: Mapped<RwHead, RwSlot>,
     pub(super) grace: Duration,
-    /// `(pid << 32) | (slot + 1)`; 0 = not yet looked up. Keyed by pid so a forked child
-    /// looks its own slot up.
-    holder: AtomicU64,
+    /// This process's holder slot, cached.
+    holder: HolderCache,
     /// Whether a sidecar observes this handle (its slow paths then record into the ring).
     pub(super) observed: cxc_sidecar::Observed,
     /// What this handle's waiters last saw of a writer that makes no progress.
@@ -73,22 +72,13 @@ pub struct SharedRwLock<T> {
 }
 
 fn check_payload<T>() -> Result<(), RwLockError> {
-    if size_of::<T>() > PAYLOAD_BYTES {
-        return Err(RwLockError::PayloadTooLarge {
-            max: PAYLOAD_BYTES,
-            found: size_of::<T>(),
-        });
-    }
-    if align_of::<T>() > 8 {
-        return Err(RwLockError::PayloadAlign {
-            max: 8,
-            found: align_of::<T>(),
-        });
-    }
-    Ok(())
+    check_fit::<T>(PAYLOAD_BYTES).map_err(|m| match m {
+        Misfit::TooLarge { max, found } => RwLockError::PayloadTooLarge { max, found },
+        Misfit::Align { max, found } => RwLockError::PayloadAlign { max, found },
+    })
 }
 
-pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
+fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     let mismatch = |name, expected: String, found| MmfError::ParamMismatch {
         name,
         expected,
@@ -114,15 +104,16 @@ pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
     Ok(())
 }
 
-fn expect<T>(check: &dyn Fn(&[u64; 4]) -> Result<(), MmfError>) -> Expect<'_> {
+/// What an opener of an rwlock file with payload type `payload` expects.
+pub(super) fn expect(payload: TypeFingerprint) -> Expect<'static> {
     Expect {
         kind: Kind::RwLock,
         head_size: HEAD_SIZE,
         slot_size: SLOT_SIZE,
         capacity: None,
         max_capacity: u64::from(MAX_HOLDERS),
-        payload: TypeFingerprint::of::<T>(),
-        check_params: check,
+        payload,
+        check_params: &check_params,
     }
 }
 
@@ -155,30 +146,9 @@ fn create_options(opts: &RwLockOptions) -> CreateOptions {
     }
 }
 
-/// The payload words a `T` uses.
-pub(super) const fn words_of<T>() -> usize {
-    size_of::<T>().div_ceil(8)
-}
-
-/// `value` as payload words (the rest zero).
-pub(super) fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
-    let mut words = [0u64; PAYLOAD_WORDS];
-    let src = value.as_bytes();
-    if let Some(dst) = words.as_mut_bytes().get_mut(..src.len()) {
-        dst.copy_from_slice(src);
-    }
-    words
-}
-
-/// The `T` in payload words (`None` only if `T` does not fit, which `check_payload`
-/// rules out).
-pub(super) fn from_words<T: FromBytes>(words: &[u64; PAYLOAD_WORDS]) -> Option<T> {
-    T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
-}
-
 fn init<T: IntoBytes + Immutable>(h: &RwHead, initial: &T) {
     // Published by the file layer's init-state Release store.
-    for (dst, w) in h.bufs[0].iter().zip(to_words(initial)) {
+    for (dst, w) in h.bufs[0].iter().zip(to_words::<T, PAYLOAD_WORDS>(initial)) {
         dst.store(w, Ordering::Relaxed);
     }
 }
@@ -223,7 +193,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// [`RwLockError::ForeignPidNamespace`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, RwLockError> {
         check_payload::<T>()?;
-        let map = Mapped::open(path, &expect::<T>(&check_params))?;
+        let map = Mapped::open(path, &expect(TypeFingerprint::of::<T>()))?;
         Self::from_map(map)
     }
 
@@ -242,26 +212,20 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
             path,
             layout,
             &create_options(opts),
-            &expect::<T>(&check_params),
+            &expect(TypeFingerprint::of::<T>()),
             |h: &RwHead, _| init(h, &initial),
         )?;
         Ok((Self::from_map(map)?, origin))
     }
 
     fn from_map(map: Mapped<RwHead, RwSlot>) -> Result<Self, RwLockError> {
-        let file_ns = map.info().layout.params[2];
-        let mine = pid_namespace();
-        if file_ns != 0 && mine != 0 && file_ns != mine {
-            return Err(RwLockError::ForeignPidNamespace {
-                expected: file_ns,
-                found: mine,
-            });
-        }
+        check_namespace(map.info().layout.params[2])
+            .map_err(|(expected, found)| RwLockError::ForeignPidNamespace { expected, found })?;
         let grace = Duration::from_nanos(map.info().layout.params[0].max(1));
         let lock = SharedRwLock {
             map,
             grace,
-            holder: AtomicU64::new(0),
+            holder: HolderCache::new(),
             observed: cxc_sidecar::Observed::new(),
             seen: Mutex::new(None),
             _payload: PhantomData,
@@ -297,64 +261,48 @@ impl<T> SharedRwLock<T> {
     #[inline]
     pub(super) fn holder_and_pid(&self) -> Option<(usize, u32)> {
         let pid = crate::liveness::current_pid();
-        let cached = self.holder.load(Ordering::Acquire);
-        if (cached >> 32) as u32 == pid && cached as u32 != 0 {
-            return Some((cached as u32 as usize - 1, pid));
-        }
-        self.holder_slow().ok().map(|slot| (slot, pid))
+        let slot = self.holder.get(pid).or_else(|| self.holder_slow().ok())?;
+        Some((slot, pid))
     }
 
     #[cold]
     fn holder_slow(&self) -> Result<usize, RwLockError> {
-        let me = Identity::current();
-        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-        let cached = self.holder.load(Ordering::Acquire);
-        if (cached >> 32) as u32 == me.pid && cached as u32 != 0 {
-            return Ok(cached as u32 as usize - 1);
-        }
-        let slots = self.map.slots();
-        let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(&me));
-        let claim_free = || {
-            slots.iter().position(|s| {
-                s.owner.load(Ordering::Relaxed) == 0
-                    // SYNC: owner (AcqRel; pairs with the Release in `reclaim_dead`).
-                    && s.owner
-                        .compare_exchange(0, owner, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-            })
-        };
-        let found = slots
-            .iter()
-            .position(|s| s.owner.load(Ordering::Acquire) == owner)
-            .or_else(|| {
-                let claimed = claim_free().or_else(|| {
+        self.holder.register(|me| {
+            let slots = self.map.slots();
+            let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(me));
+            let claim_free = || {
+                slots.iter().position(|s| {
+                    s.owner.load(Ordering::Relaxed) == 0
+                        // SYNC: owner (AcqRel; pairs with the Release in `reclaim_dead`).
+                        && s.owner
+                            .compare_exchange(0, owner, Ordering::AcqRel, Ordering::Relaxed)
+                            .is_ok()
+                })
+            };
+            let found = find_or_claim(
+                slots
+                    .iter()
+                    .position(|s| s.owner.load(Ordering::Acquire) == owner),
+                claim_free,
+                || {
                     self.reclaim_dead();
-                    claim_free()
-                });
-                self.raw().bump(if claimed.is_some() {
-                    ctr::REGISTERED
-                } else {
-                    ctr::TABLE_FULL
-                });
-                claimed
-            });
-        let Some(slot) = found else {
-            return Err(RwLockError::TableFull {
+                },
+                |claimed| {
+                    self.raw()
+                        .bump(if claimed { ctr::REGISTERED } else { ctr::TABLE_FULL })
+                },
+            );
+            let slot = found.ok_or(RwLockError::TableFull {
                 capacity: slots.len() as u32,
-            });
-        };
-        // SYNC: Dekker. Writers scan the counts of slots below `hwm`; this slot is in
-        // range before it ever counts a read (SeqCst, ordered before our first RMW).
-        self.map
-            .head()
-            .hwm
-            .fetch_max(slot as u64 + 1, Ordering::SeqCst);
-        // SYNC: holder cache (Release; pairs with the Acquire in `holder`).
-        self.holder.store(
-            (u64::from(me.pid) << 32) | (slot as u64 + 1),
-            Ordering::Release,
-        );
-        Ok(slot)
+            })?;
+            // SYNC: Dekker. Writers scan the counts of slots below `hwm`; this slot is in
+            // range before it ever counts a read (SeqCst, ordered before our first RMW).
+            self.map
+                .head()
+                .hwm
+                .fetch_max(slot as u64 + 1, Ordering::SeqCst);
+            Ok(slot)
+        })
     }
 
     /// Reclaims the slots of processes that died (the whole thread group gone, or the
@@ -369,18 +317,12 @@ impl<T> SharedRwLock<T> {
         let mut n = 0;
         for (d, slot) in self.map.slots().iter().enumerate() {
             let seen = slot.owner.load(Ordering::Acquire);
-            let (state, pid, tag) = owner_parts(seen);
-            if state != STATE_ACTIVE && state != STATE_RECLAIMING {
-                continue;
-            }
-            if (pid == me.pid && tag == my_tag) || !is_dead(pid, tag) {
-                continue;
-            }
-            if slot
-                .owner
-                .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-            {
+            let taken = reclaimable(seen, me.pid, my_tag)
+                && slot
+                    .owner
+                    .compare_exchange(seen, mine, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+            if !taken {
                 continue;
             }
             if let Some(token) = raw.drop_dead_slot(d) {
@@ -430,6 +372,24 @@ impl<T> SharedRwLock<T> {
         self.raw().word().token()
     }
 
+    /// The cumulative event counters, typed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let lock = cxc_sync::SharedRwLock::create(dir.path().join("rw"), 0u64).unwrap();
+    /// let reading = lock.read();
+    /// // A writer finds a reader inside, drains, and gives up at the deadline.
+    /// assert!(lock.write_timeout(Duration::from_millis(5)).is_none());
+    /// drop(reading);
+    /// let stats = lock.stats();
+    /// assert_eq!((stats.timeouts, stats.registered), (1, 1));
+    /// assert!(lock.counters().contains(&("timeouts", stats.timeouts)));
+    /// ```
+    pub fn stats(&self) -> RwLockStats {
+        RwLockStats::read(&self.map.head().counters)
+    }
+
     /// The cumulative event counters, by name.
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         ctr::NAMES
@@ -440,45 +400,7 @@ impl<T> SharedRwLock<T> {
     }
 }
 
-/// Whether the process named by `pid` and identity tag `tag` is gone (as the
-/// semaphore's holder check: unknown counts as alive, never reclaim on a guess).
-pub(super) fn is_dead(pid: u32, tag: u32) -> bool {
-    if pid == 0 || tag == 0 {
-        return false;
-    }
-    match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
-        PidLookup::NoProcess => true,
-        PidLookup::Unknown => false,
-        PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
-    }
-}
-
-/// The id (nsfs inode) of this process's pid namespace; 0 if unknown.
-fn pid_namespace() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
-}
-
-impl<T> Instrumented for SharedRwLock<T> {
-    fn kind(&self) -> Kind {
-        Kind::RwLock
-    }
-
-    fn name(&self) -> String {
-        self.map.path().display().to_string()
-    }
-
-    fn instruments(&self) -> Instruments<'_> {
-        let head = self.map.head();
-        Instruments {
-            observed: &self.observed,
-            counters: &head.counters,
-            counter_names: &ctr::NAMES,
-            handshake: &head.handshake,
-            ring: &head.ring,
-        }
-    }
-}
+crate::macros::instrumented!(SharedRwLock<T>, Kind::RwLock, &ctr::NAMES);
 
 impl<T> std::fmt::Debug for SharedRwLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -31,47 +31,47 @@ pub(crate) const PAYLOAD_WORDS: usize = 8;
 /// Largest payload `T` (bytes).
 pub const PAYLOAD_BYTES: usize = PAYLOAD_WORDS * 8;
 
-/// The lock's fixed block.
-#[repr(C, align(64))]
-#[cfg_attr(not(cxc_loom), derive(zerocopy::FromBytes, zerocopy::KnownLayout))]
-pub(crate) struct RwHead {
-    /// The state word.
-    pub(crate) state: AtomicU64,
-    /// Bumped by the writer when it locks, writes or beats: waiters that see neither
-    /// this nor the token move for a grace period evict the writer.
-    pub(crate) beat: AtomicU64,
-    /// Readers blocked behind a writer sleep here.
-    pub(crate) rwake: AtomicU32,
-    /// Writers blocked behind a writer sleep here.
-    pub(crate) wwake: AtomicU32,
-    /// The writer waiting for readers to leave sleeps here.
-    pub(crate) dwake: AtomicU32,
-    _reserved0: AtomicU32,
-    /// 1 + the highest holder slot ever registered (never shrinks): writers scan the
-    /// read counts of slots below it.
-    pub(crate) hwm: AtomicU64,
-    _reserved1: [AtomicU64; 3],
-    /// Quarantine records, one per buffer.
-    pub(crate) qtag: [AtomicU64; 8],
-    /// Cumulative event counters (indices in [`ctr`]).
-    pub(crate) counters: [AtomicU64; 16],
-    /// Payload buffers.
-    pub(crate) bufs: [[AtomicU64; PAYLOAD_WORDS]; 8],
-    /// The shared strategy of blocked callers (spin budget), set by a sidecar policy.
-    pub(crate) handshake: cxc_sidecar::HandshakeHeader,
-    /// Recent transitions and slow paths, recorded while a sidecar observes a handle.
-    pub(crate) ring: cxc_sidecar::ObservationRing,
-}
+crate::macros::file_layout! {
+    /// The lock's fixed block.
+    #[repr(C, align(64))]
+    pub(crate) struct RwHead {
+        /// The state word.
+        pub(crate) state: AtomicU64,
+        /// Bumped by the writer when it locks, writes or beats: waiters that see neither
+        /// this nor the token move for a grace period evict the writer.
+        pub(crate) beat: AtomicU64,
+        /// Readers blocked behind a writer sleep here.
+        pub(crate) rwake: AtomicU32,
+        /// Writers blocked behind a writer sleep here.
+        pub(crate) wwake: AtomicU32,
+        /// The writer waiting for readers to leave sleeps here.
+        pub(crate) dwake: AtomicU32,
+        _reserved0: AtomicU32,
+        /// 1 + the highest holder slot ever registered (never shrinks): writers scan the
+        /// read counts of slots below it.
+        pub(crate) hwm: AtomicU64,
+        _reserved1: [AtomicU64; 3],
+        /// Quarantine records, one per buffer.
+        pub(crate) qtag: [AtomicU64; 8],
+        /// Cumulative event counters (indices in [`ctr`]).
+        pub(crate) counters: [AtomicU64; 16],
+        /// Payload buffers.
+        pub(crate) bufs: [[AtomicU64; PAYLOAD_WORDS]; 8],
+        /// The shared strategy of blocked callers (spin budget), set by a sidecar policy.
+        pub(crate) handshake: cxc_sidecar::HandshakeHeader,
+        /// Recent transitions and slow paths, recorded while a sidecar observes a handle.
+        pub(crate) ring: cxc_sidecar::ObservationRing,
+    }
 
-/// One entry of the holder table.
-#[repr(C, align(64))]
-#[cfg_attr(not(cxc_loom), derive(zerocopy::FromBytes, zerocopy::KnownLayout))]
-pub(crate) struct RwSlot {
-    /// The owner word (`semaphore::word::owner_word`).
-    pub(crate) owner: AtomicU64,
-    /// Read holds of the owning process.
-    pub(crate) readers: AtomicU64,
-    _reserved: [AtomicU64; 6],
+    /// One entry of the holder table.
+    #[repr(C, align(64))]
+    pub(crate) struct RwSlot {
+        /// The owner word (`semaphore::word::owner_word`).
+        pub(crate) owner: AtomicU64,
+        /// Read holds of the owning process.
+        pub(crate) readers: AtomicU64,
+        _reserved: [AtomicU64; 6],
+    }
 }
 
 /// Size of [`RwHead`] in the file.
@@ -95,47 +95,38 @@ const _: () = {
     assert!(std::mem::offset_of!(RwSlot, readers) == 8);
 };
 
-/// Indices into [`RwHead::counters`].
-pub(crate) mod ctr {
-    /// A read lock found a writer and entered the blocking path.
-    pub(crate) const READ_CONTENDED: usize = 0;
-    /// A write lock found a writer or readers and entered the blocking path.
-    pub(crate) const WRITE_CONTENDED: usize = 1;
-    /// A blocked caller went to sleep in the kernel.
-    pub(crate) const SLEEPS: usize = 2;
-    /// A timed lock gave up.
-    pub(crate) const TIMEOUTS: usize = 3;
-    /// Writers evicted because their process died.
-    pub(crate) const EVICTED_DEAD: usize = 4;
-    /// Writers evicted because they made no progress for a grace period.
-    pub(crate) const EVICTED_STALE: usize = 5;
-    /// Dead processes' holder slots reclaimed (their read holds dropped).
-    pub(crate) const RECLAIMED: usize = 6;
-    /// Holder slots registered.
-    pub(crate) const REGISTERED: usize = 7;
-    /// Registrations refused: the table was full of live processes.
-    pub(crate) const TABLE_FULL: usize = 8;
-    /// Writes, beats or unlocks of an evicted writer, refused.
-    pub(crate) const STALE_REJECTED: usize = 9;
-    /// Quarantined buffers freed by their (evicted, live) writer.
-    pub(crate) const QUARANTINE_FREED: usize = 10;
-    /// Quarantined buffers freed because their writer's process died.
-    pub(crate) const QUARANTINE_REAPED: usize = 11;
-    /// Names of the counters in use, by index.
-    pub(crate) const NAMES: [&str; 12] = [
-        "read_contended",
-        "write_contended",
-        "sleeps",
-        "timeouts",
-        "evicted_dead",
-        "evicted_stale",
-        "reclaimed",
-        "registered",
-        "table_full",
-        "stale_rejected",
-        "quarantine_freed",
-        "quarantine_reaped",
-    ];
+crate::macros::counters! {
+    /// Indices into [`RwHead::counters`].
+    pub(crate) mod ctr {
+        /// A read lock found a writer and entered the blocking path.
+        READ_CONTENDED = read_contended,
+        /// A write lock found a writer or readers and entered the blocking path.
+        WRITE_CONTENDED = write_contended,
+        /// A blocked caller went to sleep in the kernel.
+        SLEEPS = sleeps,
+        /// A timed lock gave up.
+        TIMEOUTS = timeouts,
+        /// Writers evicted because their process died.
+        EVICTED_DEAD = evicted_dead,
+        /// Writers evicted because they made no progress for a grace period.
+        EVICTED_STALE = evicted_stale,
+        /// Dead processes' holder slots reclaimed (their read holds dropped).
+        RECLAIMED = reclaimed,
+        /// Holder slots registered.
+        REGISTERED = registered,
+        /// Registrations refused: the table was full of live processes.
+        TABLE_FULL = table_full,
+        /// Writes, beats or unlocks of an evicted writer, refused.
+        STALE_REJECTED = stale_rejected,
+        /// Quarantined buffers freed by their (evicted, live) writer.
+        QUARANTINE_FREED = quarantine_freed,
+        /// Quarantined buffers freed because their writer's process died.
+        QUARANTINE_REAPED = quarantine_reaped,
+    }
+    /// A snapshot of an rwlock's cumulative event counters
+    /// ([`SharedRwLock::stats`](crate::SharedRwLock::stats)), field by field as in
+    /// [`SharedRwLock::counters`](crate::SharedRwLock::counters).
+    pub struct RwLockStats;
 }
 
 impl RwHead {

@@ -13,7 +13,7 @@ use loom::thread;
 
 use super::layout::{RwHead, RwSlot};
 use super::raw::RawRwLock;
-use super::word::Word;
+use super::word::{BufferFields, Word};
 use crate::park::{ModelFutex, ModelFutexRef, sleep};
 use crate::primitive::Ordering;
 use crate::semaphore::model::CrashPlan;

@@ -4,8 +4,9 @@
 //! - `word`: the state word (writer, buffers, quarantine, token).
 //! - `layout`: the on-file head block and holder slots.
 //! - `raw`: the protocol (read counts per process, the writer's claim and drain,
-//!   staging, publication, eviction, quarantine).
-//! - `handle`: the public type, its file, the holder table; `ops`: locking and guards.
+//!   staging, publication); `evict`: eviction, quarantine, dead holders.
+//! - `handle`: the public type, its file, the holder table; `ops`: locking; `guards`:
+//!   the RAII guards; `wait`, `seen`: the pieces of a blocked caller.
 //!
 //! # State
 //!
@@ -19,32 +20,32 @@
 //! "Σ > 0 with a writer" also covers readers about to leave.
 #![cfg_attr(cxc_loom, allow(dead_code))]
 
+mod evict;
 mod layout;
 mod raw;
 mod word;
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 mod async_hooks;
-#[cfg(not(cxc_loom))]
-mod error;
-#[cfg(not(cxc_loom))]
-mod handle;
-#[cfg(not(cxc_loom))]
-mod ops;
-#[cfg(not(cxc_loom))]
-mod snapshot;
+crate::macros::not_loom! {
+    mod error;
+    mod guards;
+    mod handle;
+    mod ops;
+    mod seen;
+    mod snapshot;
+    mod wait;
+}
 
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use async_hooks::{Claim, Drained};
-#[cfg(not(cxc_loom))]
-pub use error::{RwLockError, RwLockOptions, WriteGuardError};
-#[cfg(not(cxc_loom))]
-pub use handle::SharedRwLock;
-pub use layout::PAYLOAD_BYTES;
-#[cfg(not(cxc_loom))]
-pub use ops::{ReadGuard, WriteGuard};
-#[cfg(not(cxc_loom))]
-pub use snapshot::{RwHolderInfo, RwLockSnapshot};
+pub use layout::{PAYLOAD_BYTES, RwLockStats};
+crate::macros::not_loom! {
+    pub use error::{RwLockError, RwLockOptions, WriteGuardError};
+    pub use guards::{ReadGuard, WriteGuard};
+    pub use handle::SharedRwLock;
+    pub use snapshot::{RwHolderInfo, RwLockSnapshot};
+}

@@ -18,7 +18,7 @@
 //!   dies, so none of its bytes is ever published (the lease's L7 scheme).
 
 use super::layout::{PAYLOAD_WORDS, RwHead, RwSlot, ctr};
-use super::word::{BUFS, Word, quarantine_tag};
+use super::word::{BufferFields, Word};
 use crate::park;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -343,123 +343,6 @@ impl RawRwLock<'_> {
         }
     }
 
-    /// Evicts the writer of `seen` (dead, or made no progress for a grace period): no
-    /// writer, its staging buffer quarantined. `false` if that claim is no longer
-    /// current (it ended, or someone else evicted it).
-    pub(crate) fn evict(&self, seen: Word) -> bool {
-        let mut cur = seen;
-        loop {
-            if cur.writer().is_none() || cur.id() != seen.id() {
-                return false;
-            }
-            let mut next = cur.vacated();
-            if let Some(b) = cur.stage() {
-                if let Some(q) = self.head.qtag.get(b) {
-                    // Before the Q bit can be seen (the CAS below is SeqCst).
-                    q.fetch_max(quarantine_tag(cur), Ordering::AcqRel);
-                }
-                next = next.with_quarantined(b);
-            }
-            match self.head.state.compare_exchange(
-                cur.0,
-                next.0,
-                Ordering::SeqCst,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                // The claim may still be the same (it published, or Q changed): retry
-                // with the current staging buffer.
-                Err(now) => cur = Word(now),
-            }
-        }
-        self.wake_after_writer();
-        true
-    }
-
-    /// Called by an evicted writer of `claim` that will store nothing more into its
-    /// staging buffer: the buffer leaves quarantine.
-    pub(crate) fn free_own_quarantine(&self, claim: Word) {
-        let Some(s) = claim.stage() else { return };
-        let Some(q) = self.head.qtag.get(s) else {
-            return;
-        };
-        let mut cur = self.word();
-        loop {
-            if !cur.is_quarantined(s) || q.load(Ordering::Acquire) != quarantine_tag(claim) {
-                return;
-            }
-            match self.head.state.compare_exchange(
-                cur.0,
-                cur.without_quarantined(s).0,
-                Ordering::SeqCst,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    self.bump(ctr::QUARANTINE_FREED);
-                    return;
-                }
-                Err(now) => cur = Word(now),
-            }
-        }
-    }
-
-    /// Frees every quarantined buffer whose writer (holder slot) `dead` says is gone.
-    pub(crate) fn reap_quarantine(&self, dead: impl Fn(usize) -> bool) {
-        let mut cur = self.word();
-        for b in 0..BUFS {
-            if !cur.is_quarantined(b) {
-                continue;
-            }
-            let tag = self.head.qtag[b].load(Ordering::Acquire);
-            let slot = (tag & super::word::WRITER_MASK) as usize;
-            if slot == 0 || !dead(slot - 1) {
-                continue;
-            }
-            loop {
-                if !cur.is_quarantined(b) || self.head.qtag[b].load(Ordering::Acquire) != tag {
-                    break;
-                }
-                match self.head.state.compare_exchange(
-                    cur.0,
-                    cur.without_quarantined(b).0,
-                    Ordering::SeqCst,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        self.bump(ctr::QUARANTINE_REAPED);
-                        cur = self.word();
-                        break;
-                    }
-                    Err(now) => cur = Word(now),
-                }
-            }
-        }
-    }
-
-    /// Drops every read hold of slot `d`, whose process died (the caller owns the slot
-    /// exclusively: it took it over), and evicts it if it is the writer. Returns the
-    /// evicted writer's token, if it was evicted here.
-    pub(crate) fn drop_dead_slot(&self, d: usize) -> Option<u64> {
-        let slot = self.slots.get(d)?;
-        let w = self.word();
-        let mut evicted = None;
-        if w.writer() == Some(d) && self.evict(w) {
-            self.bump(ctr::EVICTED_DEAD);
-            evicted = Some(w.token());
-        } else {
-            // It may have died between releasing the write lock and waking the waiters.
-            self.wake_after_writer();
-        }
-        // SYNC: park (an RMW on the word a draining writer re-checks), then wake it, even
-        // if the count was 0 already: the reader may have died between its decrement
-        // and its wake-up call (the loom model `loom_dead_reader_never_wedges_writer`).
-        slot.readers.swap(0, Ordering::SeqCst);
-        if park::has_sleepers(&self.head.dwake) {
-            self.wake(&self.head.dwake, u32::MAX);
-        }
-        evicted
-    }
-
     /// Wakes up to `n` sleepers of `word` (the model futex under loom).
     pub(crate) fn wake(&self, word: &AtomicU32, n: u32) {
         #[cfg(cxc_loom)]
@@ -487,21 +370,5 @@ impl RawRwLock<'_> {
         }
     }
 
-    /// Loom crash point: `true` once this "process" has died (never outside loom).
-    #[cfg(not(cxc_loom))]
-    #[inline(always)]
-    pub(crate) fn crash_here(&self) -> bool {
-        false
-    }
-
-    #[cfg(cxc_loom)]
-    pub(crate) fn crash_here(&self) -> bool {
-        self.crash.is_some_and(CrashPlan::step)
-    }
-
-    /// Whether this "process" has died (loom only).
-    #[cfg(cxc_loom)]
-    pub(crate) fn stopped(&self) -> bool {
-        self.crash.is_some_and(|p| p.stopped.get())
-    }
+    crate::macros::crash_points!();
 }

@@ -4,12 +4,12 @@
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use cxc_mmf::{Expect, Kind, Snapshot, TypeFingerprint};
+use cxc_mmf::{Snapshot, TypeFingerprint};
 
 use super::error::RwLockError;
-use super::handle::{SharedRwLock, check_params};
-use super::layout::{HEAD_SIZE, PAYLOAD_WORDS, RwHead, RwSlot, SLOT_SIZE, ctr};
-use super::word::{MAX_HOLDERS, Word};
+use super::handle::{SharedRwLock, expect};
+use super::layout::{PAYLOAD_WORDS, RwHead, RwSlot, ctr};
+use super::word::{BufferFields, Word};
 use crate::semaphore::word::{STATE_ACTIVE, owner_parts};
 
 /// One process in an rwlock's holder table.
@@ -64,16 +64,7 @@ impl SharedRwLock<()> {
     pub fn inspect(path: impl AsRef<Path>) -> Result<RwLockSnapshot, RwLockError> {
         let path = path.as_ref();
         let payload = cxc_mmf::peek(path)?.layout.payload;
-        let expect = Expect {
-            kind: Kind::RwLock,
-            head_size: HEAD_SIZE,
-            slot_size: SLOT_SIZE,
-            capacity: None,
-            max_capacity: u64::from(MAX_HOLDERS),
-            payload,
-            check_params: &check_params,
-        };
-        let snap: Snapshot<RwHead, RwSlot> = Snapshot::read(path, &expect)?;
+        let snap: Snapshot<RwHead, RwSlot> = Snapshot::read(path, &expect(payload))?;
         let head = snap.head();
         let w = Word(head.state.load(Ordering::Acquire));
         let pid_of = |slot: usize| {

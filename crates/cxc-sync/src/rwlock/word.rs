@@ -13,6 +13,8 @@
 //! Readers are not in this word: each process counts its read holds in its own holder
 //! slot (`RwSlot::readers`), see `raw.rs`.
 
+pub(crate) use crate::payload::BufferFields;
+
 /// Writer field: holder slot + 1; 0 = no writer.
 pub(crate) const WRITER_MASK: u64 = (1 << 10) - 1;
 const PUB_SHIFT: u32 = 10;
@@ -30,6 +32,17 @@ pub(crate) const MAX_HOLDERS: u32 = WRITER_MASK as u32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Word(pub(crate) u64);
 
+impl BufferFields for Word {
+    const PUB_SHIFT: u32 = PUB_SHIFT;
+    const STAGE_SHIFT: u32 = STAGE_SHIFT;
+    const Q_SHIFT: u32 = Q_SHIFT;
+
+    #[inline]
+    fn bits(self) -> u64 {
+        self.0
+    }
+}
+
 impl Word {
     /// The writer's holder slot, if a writer holds (or is draining readers).
     #[inline]
@@ -40,46 +53,10 @@ impl Word {
         }
     }
 
-    /// The published buffer.
-    #[inline]
-    pub(crate) fn published(self) -> usize {
-        ((self.0 >> PUB_SHIFT) & BUF_FIELD) as usize
-    }
-
-    /// The staging buffer, `None` when the writer has none (stage == pub).
-    #[inline]
-    pub(crate) fn stage(self) -> Option<usize> {
-        let s = ((self.0 >> STAGE_SHIFT) & BUF_FIELD) as usize;
-        (s != self.published()).then_some(s)
-    }
-
-    /// The quarantine bits.
-    #[inline]
-    pub(crate) fn quarantine(self) -> u8 {
-        ((self.0 & Q_MASK) >> Q_SHIFT) as u8
-    }
-
-    /// Whether buffer `b` is quarantined.
-    #[inline]
-    pub(crate) fn is_quarantined(self, b: usize) -> bool {
-        self.quarantine() & (1 << b) != 0
-    }
-
     /// The fencing token (of the current or the last write lock).
     #[inline]
     pub(crate) fn token(self) -> u64 {
         self.0 >> TOKEN_SHIFT
-    }
-
-    /// The first buffer that is neither published, staged nor quarantined.
-    #[inline]
-    pub(crate) fn free_buffer(self) -> Option<usize> {
-        let mut busy = self.quarantine() | (1 << self.published());
-        if let Some(s) = self.stage() {
-            busy |= 1 << s;
-        }
-        let free = !busy;
-        (free != 0).then(|| free.trailing_zeros() as usize)
     }
 
     /// Claimed by `slot` with the next token and staging buffer `stage`.

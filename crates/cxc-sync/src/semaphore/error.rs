@@ -78,22 +78,8 @@ impl Default for SemaphoreOptions {
     }
 }
 
-impl SemaphoreOptions {
-    /// Sets [`SemaphoreOptions::mode`].
-    pub fn mode(mut self, mode: u32) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// Sets [`SemaphoreOptions::holders`].
-    pub fn holders(mut self, holders: u32) -> Self {
-        self.holders = holders;
-        self
-    }
-
-    /// Sets [`SemaphoreOptions::init_timeout`].
-    pub fn init_timeout(mut self, timeout: Duration) -> Self {
-        self.init_timeout = timeout;
-        self
-    }
-}
+crate::macros::setters!(SemaphoreOptions {
+    mode: u32,
+    holders: u32,
+    init_timeout: Duration
+});

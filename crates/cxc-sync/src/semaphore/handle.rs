@@ -1,7 +1,6 @@
 //! `SharedSemaphore`: the type, its file (layout parameters, create/open), accessors.
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 
 use cxc_mmf::{CreateOptions, Expect, Kind, Layout, Mapped, MmfError, Origin, TypeFingerprint};
 
@@ -41,9 +40,8 @@ const PROTOCOL: u64 = 2;
 pub struct SharedSemaphore {
     pub(super) map: Mapped<SemHead, HolderSlot>,
     pub(super) max: u32,
-    /// `(pid << 32) | (slot + 1)`; 0 = not yet looked up. Keyed by pid so a forked child
-    /// looks its own slot up.
-    pub(super) holder: AtomicU64,
+    /// This process's holder slot, cached.
+    pub(super) holder: crate::holders::HolderCache,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     pub(super) observed: cxc_sidecar::Observed,
 }
@@ -110,7 +108,7 @@ fn layout(initial: u32, max: u32, opts: &SemaphoreOptions) -> Result<Layout, Sem
         slot_size: SLOT_SIZE,
         capacity: u64::from(opts.holders),
         payload: TypeFingerprint::NONE,
-        params: [u64::from(max), PROTOCOL, pid_namespace(), 0],
+        params: [u64::from(max), PROTOCOL, crate::holders::pid_namespace(), 0],
     })
 }
 
@@ -233,7 +231,7 @@ impl SharedSemaphore {
         Ok(SharedSemaphore {
             map,
             max,
-            holder: AtomicU64::new(0),
+            holder: crate::holders::HolderCache::new(),
             observed: cxc_sidecar::Observed::new(),
         })
     }
@@ -281,13 +279,6 @@ impl SharedSemaphore {
     }
 }
 
-/// The id (nsfs inode) of this process's pid namespace; 0 if unknown. Pids and `/proc`
-/// only mean the same thing to processes in one namespace.
-pub(super) fn pid_namespace() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
-}
-
 fn create_options(opts: &SemaphoreOptions) -> CreateOptions {
     CreateOptions {
         mode: opts.mode,
@@ -305,23 +296,8 @@ impl std::fmt::Debug for SharedSemaphore {
     }
 }
 
-impl cxc_sidecar::Instrumented for SharedSemaphore {
-    fn kind(&self) -> cxc_mmf::Kind {
-        cxc_mmf::Kind::Semaphore
-    }
-
-    fn name(&self) -> String {
-        self.map.path().display().to_string()
-    }
-
-    fn instruments(&self) -> cxc_sidecar::Instruments<'_> {
-        let head = self.map.head();
-        cxc_sidecar::Instruments {
-            observed: &self.observed,
-            counters: &head.counters,
-            counter_names: &super::layout::ctr::NAMES,
-            handshake: &head.handshake,
-            ring: &head.ring,
-        }
-    }
-}
+crate::macros::instrumented!(
+    SharedSemaphore,
+    cxc_mmf::Kind::Semaphore,
+    &super::layout::ctr::NAMES
+);

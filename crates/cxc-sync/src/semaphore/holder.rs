@@ -1,23 +1,19 @@
 //! This process's holder slot (cached per handle, keyed by pid) and reclaim of dead
 //! holders.
 
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
-use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
+use cxc_mmf::identity::Identity;
 
 use super::error::SemaphoreError;
-use super::handle::{SharedSemaphore, pid_namespace};
+use super::handle::SharedSemaphore;
 use super::layout::ctr;
 use super::word::{
-    BookWord, STATE_ACTIVE, STATE_RECLAIMING, TAG_FALLBACK, identity_tag, owner_parts, owner_word,
+    BookWord, STATE_ACTIVE, identity_tag, owner_parts, owner_word,
 };
+use crate::holders::{find_or_claim, reclaimable};
 use crate::liveness;
 use cxc_sidecar::Instrumented;
-
-/// Serialises registration within this process, so two handles of one file never claim
-/// two slots for the same process. Held only on the once-per-handle slow path.
-static REGISTRY: Mutex<()> = Mutex::new(());
 
 impl SharedSemaphore {
     /// This process's holder slot: cached; looked up or registered on first use (and
@@ -25,12 +21,9 @@ impl SharedSemaphore {
     /// process can neither take nor return a permit of its own (it never runs untracked).
     #[inline]
     pub(super) fn holder(&self) -> Option<usize> {
-        let pid = liveness::current_pid();
-        let cached = self.holder.load(Ordering::Acquire);
-        if (cached >> 32) as u32 == pid && cached as u32 != 0 {
-            return Some(cached as u32 as usize - 1);
-        }
-        self.holder_slow().ok()
+        self.holder
+            .get(liveness::current_pid())
+            .or_else(|| self.holder_slow().ok())
     }
 
     /// Registers this process in the holder table now (`open`/`create` do it already;
@@ -45,41 +38,21 @@ impl SharedSemaphore {
 
     #[cold]
     pub(super) fn holder_slow(&self) -> Result<usize, SemaphoreError> {
-        let me = Identity::current();
-        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-        let cached = self.holder.load(Ordering::Acquire);
-        if (cached >> 32) as u32 == me.pid && cached as u32 != 0 {
-            // Another thread registered while we waited for the lock.
-            return Ok(cached as u32 as usize - 1);
-        }
-        let raw = self.raw();
-        let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(&me));
-        let found = raw.find_owner(owner).or_else(|| {
-            let claimed = raw.claim_free(owner).or_else(|| {
-                self.reclaim_scan(false);
-                raw.claim_free(owner)
-            });
-            raw.bump(
-                if claimed.is_some() {
-                    ctr::REGISTERED
-                } else {
-                    ctr::TABLE_FULL
+        self.holder.register(|me| {
+            let raw = self.raw();
+            let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(me));
+            find_or_claim(
+                raw.find_owner(owner),
+                || raw.claim_free(owner),
+                || {
+                    self.reclaim_scan(false);
                 },
-                1,
-            );
-            claimed
-        });
-        let Some(slot) = found else {
-            return Err(SemaphoreError::TableFull {
+                |claimed| raw.bump(if claimed { ctr::REGISTERED } else { ctr::TABLE_FULL }, 1),
+            )
+            .ok_or(SemaphoreError::TableFull {
                 capacity: self.map.slots().len() as u32,
-            });
-        };
-        // SYNC: holder cache (Release; pairs with the Acquire in `holder`).
-        self.holder.store(
-            (u64::from(me.pid) << 32) | (slot as u64 + 1),
-            Ordering::Release,
-        );
-        Ok(slot)
+            })
+        })
     }
 
     /// Returns the permits of every holder whose process has died (the whole thread
@@ -109,20 +82,12 @@ impl SharedSemaphore {
         let mut total = 0;
         for (d, slot) in raw.slots.iter().enumerate() {
             let seen = slot.owner.load(Ordering::Acquire);
-            let (state, pid, tag) = owner_parts(seen);
-            if state != STATE_ACTIVE && state != STATE_RECLAIMING {
-                continue;
-            }
-            if only_holding
-                && state == STATE_ACTIVE
-                && BookWord(slot.book.load(Ordering::Acquire)).held() == 0
+            // The blocked-acquirer variant skips dead holders that hold nothing.
+            let skip = only_holding
+                && owner_parts(seen).0 == STATE_ACTIVE
+                && BookWord(slot.book.load(Ordering::Acquire)).held() == 0;
+            if skip || !reclaimable(seen, me.pid, my_tag) || !raw.take_over(d, seen, me.pid, my_tag)
             {
-                continue;
-            }
-            if (pid == me.pid && tag == my_tag) || !is_dead(pid, tag) {
-                continue;
-            }
-            if !raw.take_over(d, seen, me.pid, my_tag) {
                 continue;
             }
             let returned = raw.drain(d);
@@ -138,29 +103,8 @@ impl SharedSemaphore {
     }
 }
 
-/// Whether the process named by `pid` and identity tag `tag` is gone: no process has the
-/// pid now, the process that has it has another identity (pid reuse), or its whole thread
-/// group exited. An unknown identity (tag 0) or an OS that cannot tell counts as alive:
-/// never reclaim on a guess.
-fn is_dead(pid: u32, tag: u32) -> bool {
-    if pid == 0 || tag == 0 {
-        return false;
-    }
-    match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
-        PidLookup::NoProcess => true,
-        PidLookup::Unknown => false,
-        PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
-    }
-}
-
 /// Checks that this process may use a file created in pid namespace `file_ns`.
 pub(super) fn check_namespace(file_ns: u64) -> Result<(), SemaphoreError> {
-    let mine = pid_namespace();
-    if file_ns != 0 && mine != 0 && file_ns != mine {
-        return Err(SemaphoreError::ForeignPidNamespace {
-            expected: file_ns,
-            found: mine,
-        });
-    }
-    Ok(())
+    crate::holders::check_namespace(file_ns)
+        .map_err(|(expected, found)| SemaphoreError::ForeignPidNamespace { expected, found })
 }

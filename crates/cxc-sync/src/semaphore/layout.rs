@@ -17,40 +17,37 @@
 //! (`word::BookWord`), 48 reserved bytes, so each process's book sits on its own cache
 //! line.
 
-#[cfg(not(cxc_loom))]
-use zerocopy::{FromBytes, KnownLayout};
-
 use crate::primitive::{AtomicU32, AtomicU64};
 
-/// The semaphore's fixed block.
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-pub(crate) struct SemHead {
-    /// The count word.
-    pub(crate) count: AtomicU64,
-    /// The futex word blocked acquirers sleep on.
-    pub(crate) wake: AtomicU32,
-    _reserved0: AtomicU32,
-    /// The handed book: permits handed off by `Permit::disown`, not yet released.
-    pub(crate) handed: AtomicU64,
-    _reserved1: [AtomicU64; 5],
-    /// Cumulative event counters, incremented on slow paths only (indices in [`ctr`]).
-    pub(crate) counters: [AtomicU64; 16],
-    /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
-    pub(crate) handshake: cxc_sidecar::HandshakeHeader,
-    /// Recent transitions, recorded while a `SidecarBox` observes a handle.
-    pub(crate) ring: cxc_sidecar::ObservationRing,
-}
+crate::macros::file_layout! {
+    /// The semaphore's fixed block.
+    #[repr(C, align(64))]
+    pub(crate) struct SemHead {
+        /// The count word.
+        pub(crate) count: AtomicU64,
+        /// The futex word blocked acquirers sleep on.
+        pub(crate) wake: AtomicU32,
+        _reserved0: AtomicU32,
+        /// The handed book: permits handed off by `Permit::disown`, not yet released.
+        pub(crate) handed: AtomicU64,
+        _reserved1: [AtomicU64; 5],
+        /// Cumulative event counters, incremented on slow paths only (indices in [`ctr`]).
+        pub(crate) counters: [AtomicU64; 16],
+        /// Shared strategy (spin budget of blocked acquirers), see `cxc-sidecar`.
+        pub(crate) handshake: cxc_sidecar::HandshakeHeader,
+        /// Recent transitions, recorded while a `SidecarBox` observes a handle.
+        pub(crate) ring: cxc_sidecar::ObservationRing,
+    }
 
-/// One entry of the holder table: which process it belongs to and what it holds.
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-pub(crate) struct HolderSlot {
-    /// The owner word.
-    pub(crate) owner: AtomicU64,
-    /// The book word.
-    pub(crate) book: AtomicU64,
-    _reserved: [AtomicU64; 6],
+    /// One entry of the holder table: which process it belongs to and what it holds.
+    #[repr(C, align(64))]
+    pub(crate) struct HolderSlot {
+        /// The owner word.
+        pub(crate) owner: AtomicU64,
+        /// The book word.
+        pub(crate) book: AtomicU64,
+        _reserved: [AtomicU64; 6],
+    }
 }
 
 /// Size of [`SemHead`] in the file.
@@ -68,51 +65,37 @@ const _: () = {
     assert!(std::mem::offset_of!(HolderSlot, book) == 8);
 };
 
-/// Indices into [`SemHead::counters`].
-pub(crate) mod ctr {
-    /// An acquire found no permit and entered the blocking path.
-    pub(crate) const CONTENDED: usize = 0;
-    /// A blocked acquirer went to sleep in the kernel.
-    pub(crate) const SLEEPS: usize = 1;
-    /// `acquire_timeout` gave up.
-    pub(crate) const TIMEOUTS: usize = 2;
-    /// A release (or reclaim) woke sleepers.
-    pub(crate) const WAKES: usize = 3;
-    /// A release was refused because the pool was already at `max_permits`.
-    pub(crate) const OVERFLOW_REJECTED: usize = 4;
-    /// Permits returned by reclaim from dead holders.
-    pub(crate) const RECLAIMED_PERMITS: usize = 5;
-    /// Dead holders' slots freed by reclaim.
-    pub(crate) const RECLAIMED_HOLDERS: usize = 6;
-    /// Holder slots registered.
-    pub(crate) const REGISTERED: usize = 7;
-    /// A registration found the holder table full of live processes and was refused.
-    pub(crate) const TABLE_FULL: usize = 8;
-    /// Reclaim scans over the holder table.
-    pub(crate) const RECLAIM_SCANS: usize = 9;
-    /// Held counts dropped by reclaim because the pool was already full (only a corrupt
-    /// file can get there: every permit out is held or handed).
-    pub(crate) const OVER_HELD: usize = 10;
-    /// Releases refused because the caller held no permit and none was handed off.
-    pub(crate) const NOT_HELD_REJECTED: usize = 11;
-    /// Permits handed off with `Permit::disown`.
-    pub(crate) const DISOWNED: usize = 12;
-    /// Names of the counters in use, by index.
-    pub(crate) const NAMES: [&str; 13] = [
-        "contended",
-        "sleeps",
-        "timeouts",
-        "wakes",
-        "overflow_rejected",
-        "reclaimed_permits",
-        "reclaimed_holders",
-        "registered",
-        "table_full",
-        "reclaim_scans",
-        "over_held",
-        "not_held_rejected",
-        "disowned",
-    ];
+crate::macros::counters! {
+    /// Indices into [`SemHead::counters`].
+    pub(crate) mod ctr {
+        /// An acquire found no permit and entered the blocking path.
+        CONTENDED = contended,
+        /// A blocked acquirer went to sleep in the kernel.
+        SLEEPS = sleeps,
+        /// `acquire_timeout` gave up.
+        TIMEOUTS = timeouts,
+        /// A release (or reclaim) woke sleepers.
+        WAKES = wakes,
+        /// A release was refused because the pool was already at `max_permits`.
+        OVERFLOW_REJECTED = overflow_rejected,
+        /// Permits returned by reclaim from dead holders.
+        RECLAIMED_PERMITS = reclaimed_permits,
+        /// Dead holders' slots freed by reclaim.
+        RECLAIMED_HOLDERS = reclaimed_holders,
+        /// Holder slots registered.
+        REGISTERED = registered,
+        /// A registration found the holder table full of live processes and was refused.
+        TABLE_FULL = table_full,
+        /// Reclaim scans over the holder table.
+        RECLAIM_SCANS = reclaim_scans,
+        /// Held counts dropped by reclaim because the pool was already full (only a corrupt
+        /// file can get there: every permit out is held or handed).
+        OVER_HELD = over_held,
+        /// Releases refused because the caller held no permit and none was handed off.
+        NOT_HELD_REJECTED = not_held_rejected,
+        /// Permits handed off with `Permit::disown`.
+        DISOWNED = disowned,
+    }
 }
 
 impl SemHead {

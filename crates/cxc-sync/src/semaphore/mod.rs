@@ -38,32 +38,25 @@ pub(crate) mod model;
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 mod async_hooks;
-#[cfg(not(cxc_loom))]
-mod guards;
-#[cfg(not(cxc_loom))]
-mod handle;
-#[cfg(not(cxc_loom))]
-mod holder;
-#[cfg(not(cxc_loom))]
-mod ops;
-#[cfg(not(cxc_loom))]
-mod snapshot;
-#[cfg(not(cxc_loom))]
-mod stats;
+crate::macros::not_loom! {
+    mod guards;
+    mod handle;
+    mod holder;
+    mod ops;
+    mod snapshot;
+    mod stats;
+}
 
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 
 pub use error::{SemaphoreError, SemaphoreOptions};
-#[cfg(not(cxc_loom))]
-pub use guards::{ManyPermits, OwnedPermit};
-#[cfg(not(cxc_loom))]
-pub use handle::SharedSemaphore;
-#[cfg(not(cxc_loom))]
-pub use ops::Permit;
+crate::macros::not_loom! {
+    pub use guards::{ManyPermits, OwnedPermit};
+    pub use handle::SharedSemaphore;
+    pub use ops::Permit;
+    pub use snapshot::SemaphoreSnapshot;
+    pub use stats::{HolderInfo, SemaphoreStats};
+}
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use ops::RECLAIM_EVERY;
-#[cfg(not(cxc_loom))]
-pub use snapshot::SemaphoreSnapshot;
-#[cfg(not(cxc_loom))]
-pub use stats::{HolderInfo, SemaphoreStats};

@@ -289,27 +289,5 @@ impl<'a> RawSemaphore<'a> {
         }
     }
 
-    /// Loom crash point: `true` once this "process" has died (never outside loom).
-    #[cfg(not(cxc_loom))]
-    #[inline(always)]
-    pub(crate) fn crash_here(&self) -> bool {
-        false
-    }
-
-    /// Whether this "process" has died (never outside loom).
-    #[cfg(not(cxc_loom))]
-    #[inline(always)]
-    pub(crate) fn stopped(&self) -> bool {
-        false
-    }
-
-    #[cfg(cxc_loom)]
-    pub(crate) fn crash_here(&self) -> bool {
-        self.crash.is_some_and(CrashPlan::step)
-    }
-
-    #[cfg(cxc_loom)]
-    pub(crate) fn stopped(&self) -> bool {
-        self.crash.is_some_and(|p| p.stopped.get())
-    }
+    crate::macros::crash_points!();
 }

@@ -94,46 +94,55 @@ pub(crate) mod counter {
     ];
 }
 
-/// One payload buffer: 48 bytes and padding to a cache line.
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-pub(crate) struct Buf {
-    pub(crate) words: [AtomicU64; PAYLOAD_WORDS],
-    _reserved: [AtomicU64; 2],
+cxc_mmf::atomic_layout! {
+    #![view_if(not(cxc_loom))]
+    /// One payload buffer: 48 bytes and padding to a cache line.
+    #[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
+    #[repr(C, align(64))]
+    pub(crate) struct Buf {
+        pub(crate) words: [AtomicU64; PAYLOAD_WORDS],
+        _reserved: [AtomicU64; 2],
+    }
 }
 
-/// A writer slot: its state word (`version | FREE/BUSY/VALID`) and the identity of the
-/// process that reserved it.
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-pub(crate) struct WriterSlot {
-    pub(crate) state: AtomicU64,
-    pub(crate) ident: [AtomicU64; 4],
-    _reserved: [AtomicU64; 3],
+cxc_mmf::atomic_layout! {
+    #![view_if(not(cxc_loom))]
+    /// A writer slot: its state word (`version | FREE/BUSY/VALID`) and the identity of the
+    /// process that reserved it.
+    #[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
+    #[repr(C, align(64))]
+    pub(crate) struct WriterSlot {
+        pub(crate) state: AtomicU64,
+        pub(crate) ident: [AtomicU64; 4],
+        _reserved: [AtomicU64; 3],
+    }
 }
 
-/// The fixed block of a cell file (offsets in `docs/shared-cell.md`), also the heap state
-/// of a `SeqLock`.
-#[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-#[repr(C, align(64))]
-pub(crate) struct SeqState {
-    /// `version << 8 | index` of the published buffer.
-    pub(crate) pub_word: AtomicU64,
-    _line0: [AtomicU64; 7],
-    /// The update claim: `nonce << 8 | (slot + 1)`, slot part 0 = free.
-    pub(crate) claim: AtomicU64,
-    _line1: [AtomicU64; 7],
-    /// Cumulative event counters (see [`counter`]).
-    pub(crate) counters: [AtomicU64; 16],
-    pub(crate) slots: [WriterSlot; SLOTS],
-    pub(crate) bufs: [Buf; BUFS],
-    /// Shared strategy header, see `cxc-sidecar`.
-    pub(crate) handshake: HandshakeHeader,
-    /// Recent transitions, recorded while a `SidecarBox` observes a handle.
-    pub(crate) ring: ObservationRing,
-    /// Loom models only: writer slots the "OS" reports dead.
-    #[cfg(cxc_loom)]
-    pub(crate) loom_dead: AtomicU64,
+cxc_mmf::atomic_layout! {
+    #![view_if(not(cxc_loom))]
+    /// The fixed block of a cell file (offsets in `docs/shared-cell.md`), also the heap state
+    /// of a `SeqLock`.
+    #[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
+    #[repr(C, align(64))]
+    pub(crate) struct SeqState {
+        /// `version << 8 | index` of the published buffer.
+        pub(crate) pub_word: AtomicU64,
+        _line0: [AtomicU64; 7],
+        /// The update claim: `nonce << 8 | (slot + 1)`, slot part 0 = free.
+        pub(crate) claim: AtomicU64,
+        _line1: [AtomicU64; 7],
+        /// Cumulative event counters (see [`counter`]).
+        pub(crate) counters: [AtomicU64; 16],
+        pub(crate) slots: [WriterSlot; SLOTS],
+        pub(crate) bufs: [Buf; BUFS],
+        /// Shared strategy header, see `cxc-sidecar`.
+        pub(crate) handshake: HandshakeHeader,
+        /// Recent transitions, recorded while a `SidecarBox` observes a handle.
+        pub(crate) ring: ObservationRing,
+        /// Loom models only: writer slots the "OS" reports dead.
+        #[cfg(cxc_loom)]
+        pub(crate) loom_dead: AtomicU64,
+    }
 }
 
 #[cfg(not(cxc_loom))]

@@ -1,0 +1,104 @@
+//! A payload `T` kept as 8-byte words in a file's buffers (the rwlock's, and the same
+//! scheme as the lease's and the seqlock's): whether `T` fits, how many words it takes,
+//! the conversions, and which buffer of a set is free.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+/// Why a payload type does not fit a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Misfit {
+    /// `size_of::<T>()` (`found`) is larger than the buffer (`max`).
+    TooLarge { max: usize, found: usize },
+    /// `align_of::<T>()` (`found`) is larger than the buffer's alignment (`max`, 8).
+    Align { max: usize, found: usize },
+}
+
+/// Whether a `T` fits a buffer of `max_bytes` bytes aligned to 8.
+pub(crate) fn check_fit<T>(max_bytes: usize) -> Result<(), Misfit> {
+    if size_of::<T>() > max_bytes {
+        return Err(Misfit::TooLarge {
+            max: max_bytes,
+            found: size_of::<T>(),
+        });
+    }
+    if align_of::<T>() > 8 {
+        return Err(Misfit::Align {
+            max: 8,
+            found: align_of::<T>(),
+        });
+    }
+    Ok(())
+}
+
+/// Words that hold a `T` (the rest of a buffer is never read or written).
+pub(crate) const fn words_of<T>() -> usize {
+    size_of::<T>().div_ceil(8)
+}
+
+/// `value` as `W` words (the rest zero; a `T` larger than `W` words, which `check_fit`
+/// rules out, gives all zeros).
+pub(crate) fn to_words<T: IntoBytes + Immutable, const W: usize>(value: &T) -> [u64; W] {
+    let mut words = [0u64; W];
+    let src = value.as_bytes();
+    if let Some(dst) = words.as_mut_bytes().get_mut(..src.len()) {
+        dst.copy_from_slice(src);
+    }
+    words
+}
+
+/// The `T` in `words` (`None` only if `T` does not fit, which `check_fit` rules out).
+pub(crate) fn from_words<T: FromBytes, const W: usize>(words: &[u64; W]) -> Option<T> {
+    T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
+}
+
+/// The buffer fields of a state word, as the lease's claim word and the rwlock's state
+/// word both carry them: the published buffer and the staging buffer (3 bits each; a
+/// staging buffer equal to the published one means none) and one quarantine bit per
+/// buffer, at the shifts the word type names.
+pub(crate) trait BufferFields: Copy {
+    /// Shift of the published-buffer field.
+    const PUB_SHIFT: u32;
+    /// Shift of the staging-buffer field.
+    const STAGE_SHIFT: u32;
+    /// Shift of the 8 quarantine bits.
+    const Q_SHIFT: u32;
+
+    /// The word's bits.
+    fn bits(self) -> u64;
+
+    /// The published buffer.
+    #[inline]
+    fn published(self) -> usize {
+        ((self.bits() >> Self::PUB_SHIFT) & 0b111) as usize
+    }
+
+    /// The staging buffer, `None` when there is none (stage == published).
+    #[inline]
+    fn stage(self) -> Option<usize> {
+        let s = ((self.bits() >> Self::STAGE_SHIFT) & 0b111) as usize;
+        (s != self.published()).then_some(s)
+    }
+
+    /// The quarantine bits.
+    #[inline]
+    fn quarantine(self) -> u8 {
+        (self.bits() >> Self::Q_SHIFT) as u8
+    }
+
+    /// Whether buffer `b` is quarantined.
+    #[inline]
+    fn is_quarantined(self, b: usize) -> bool {
+        self.quarantine() & (1 << b) != 0
+    }
+
+    /// The first buffer that is neither published, staged nor quarantined.
+    #[inline]
+    fn free_buffer(self) -> Option<usize> {
+        let mut busy = self.quarantine() | (1 << self.published());
+        if let Some(s) = self.stage() {
+            busy |= 1 << s;
+        }
+        let free = !busy;
+        (free != 0).then(|| free.trailing_zeros() as usize)
+    }
+}
