@@ -9,7 +9,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::LeaseClaim;
 use super::file::*;
-use super::ident::pid_word;
+use super::slot::pid_word;
 use super::state::{Claimant, Granted, LeaseState, counter};
 use super::watch::DeathWatcher;
 use crate::liveness::Liveness;

@@ -13,7 +13,7 @@ use cxc_sidecar::OpCode;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::claim::{GuardSettings, LeaseError, LeaseOptions, Preemption};
-use super::ident::pid_word;
+use super::slot::pid_word;
 use super::os::Identity;
 use super::state::{
     ClaimReason, Claimant, Granted, LeaseState, PAYLOAD_BYTES, PAYLOAD_WORDS, Policy,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::file::{OwnerLease, from_words, my_proc, to_words, words_for};
-use super::ident::pid_word;
+use super::slot::pid_word;
 use super::state::{Claimant, Granted, WriteRefused};
 use super::word::Word;
 

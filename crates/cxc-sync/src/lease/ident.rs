@@ -19,98 +19,13 @@
 //! always names the process that made it, and a full table can only refuse new claimants
 //! (with an error), never make a dead holder look alive or a live one dead.
 
-#[cfg(not(cxc_loom))]
-use zerocopy::{FromBytes, KnownLayout};
-
 use crate::liveness::Liveness;
-use crate::primitive::{AtomicU64, Ordering};
+use crate::primitive::Ordering;
 
 use super::os::{Identity, liveness};
+use super::slot::{BUSY, IdentSlot, known};
 use super::state::LeaseState;
 use super::word::{BUFS, Word};
-
-/// Number of identity slots per lease file.
-pub(crate) const IDENT_SLOTS: usize = 64;
-const BUSY: u64 = 1;
-const VALID: u64 = 2;
-const VERSION_ONE: u64 = 4;
-/// Pid-word flag of a slot used by guards (`LeaseGuard`), which pid calls never match.
-pub(crate) const PRIVATE_SLOT: u64 = 1 << 32;
-
-/// Whether `id` names one process (an unknown identity must never match another).
-fn known(id: &Identity) -> bool {
-    #[cfg(cxc_loom)]
-    {
-        id.pid != 0 && id.unique != 0
-    }
-    #[cfg(not(cxc_loom))]
-    {
-        id.is_known()
-    }
-}
-
-/// The pid word of a slot for `pid` (guards: `private`).
-pub(crate) fn pid_word(pid: u32, private: bool) -> u64 {
-    u64::from(pid) | if private { PRIVATE_SLOT } else { 0 }
-}
-
-cxc_mmf::atomic_layout! {
-    #![view_if(not(cxc_loom))]
-    /// One identity slot (one cache line).
-    #[cfg_attr(not(cxc_loom), derive(FromBytes, KnownLayout))]
-    #[repr(C)]
-    pub(crate) struct IdentSlot {
-        pub(crate) state: AtomicU64,
-        pub(crate) pid: AtomicU64,
-        pub(crate) ident: [AtomicU64; 4],
-        /// Handles of the registering process that use this slot (see `unpin`).
-        pub(crate) handles: AtomicU64,
-        _reserved: AtomicU64,
-    }
-}
-
-#[cfg(not(cxc_loom))]
-const _: () = assert!(size_of::<IdentSlot>() == 64);
-
-impl IdentSlot {
-    #[cfg(cxc_loom)]
-    pub(crate) fn new() -> Self {
-        IdentSlot {
-            state: AtomicU64::new(0),
-            pid: AtomicU64::new(0),
-            ident: std::array::from_fn(|_| AtomicU64::new(0)),
-            handles: AtomicU64::new(0),
-            _reserved: AtomicU64::new(0),
-        }
-    }
-
-    /// `(pid word, identity)` if the slot is valid. The pid word is the pid, with
-    /// [`PRIVATE_SLOT`] for the slot of this process's guards.
-    pub(crate) fn read(&self) -> Option<(u64, Identity)> {
-        let s1 = self.state.load(Ordering::Acquire);
-        if s1 & VALID == 0 {
-            return None;
-        }
-        let pid = self.pid.load(Ordering::Acquire);
-        let ident = Identity::from_words(std::array::from_fn(|i| {
-            self.ident[i].load(Ordering::Acquire)
-        }));
-        // SYNC: ident slot. Pairs with the Release store of the valid state in `fill`.
-        (self.state.load(Ordering::Acquire) == s1).then_some((pid, ident))
-    }
-
-    /// Writes the slot (the caller moved `state` to BUSY) and makes it valid.
-    fn fill(&self, from: u64, pid: u64, ident: &Identity) {
-        self.pid.store(pid, Ordering::Relaxed);
-        self.handles.store(0, Ordering::Relaxed);
-        for (dst, w) in self.ident.iter().zip(ident.to_words()) {
-            dst.store(w, Ordering::Relaxed);
-        }
-        let version = (from & !(VERSION_ONE - 1)).wrapping_add(VERSION_ONE);
-        // SYNC: ident slot. Pairs with the Acquire loads in `read`.
-        self.state.store(version | VALID, Ordering::Release);
-    }
-}
 
 /// Serialises registration and unregistration within this process, so two handles of one
 /// file never register two slots for the same pid, and a slot is never freed while a

@@ -7,6 +7,7 @@ mod ident;
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 mod os;
+mod slot;
 mod state;
 mod word;
 mod write;
@@ -19,25 +20,17 @@ mod async_hooks;
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use state::LeaseState as LeaseStateRef;
 
-#[cfg(not(cxc_loom))]
-mod blocking;
-#[cfg(not(cxc_loom))]
-mod builder;
-#[cfg(not(cxc_loom))]
-mod file;
-#[cfg(not(cxc_loom))]
-mod guard;
-#[cfg(not(cxc_loom))]
-mod seed;
-#[cfg(not(cxc_loom))]
-mod status;
-#[cfg(not(cxc_loom))]
-mod watch;
-#[cfg(not(cxc_loom))]
-pub use builder::{DEFAULT_GRACE, DEFAULT_TICK, LeaseBuilder};
-#[cfg(not(cxc_loom))]
-pub use file::OwnerLease;
-#[cfg(not(cxc_loom))]
-pub use guard::{GuardError, LeaseGuard, OwnedLeaseGuard};
-#[cfg(not(cxc_loom))]
-pub use status::{LeaseStatus, inspect};
+crate::macros::not_loom! {
+    mod blocking;
+    mod builder;
+    mod file;
+    mod guard;
+    mod seed;
+    mod status;
+    mod watch;
+
+    pub use builder::{DEFAULT_GRACE, DEFAULT_TICK, LeaseBuilder};
+    pub use file::OwnerLease;
+    pub use guard::{GuardError, LeaseGuard, OwnedLeaseGuard};
+    pub use status::{LeaseStatus, inspect};
+}

@@ -31,7 +31,7 @@ use crate::primitive::{AtomicU32, AtomicU64, Ordering, fence, spin_hint};
 use cxc_sidecar::{HandshakeHeader, ObservationRing};
 
 use super::claim::LeaseClaim;
-use super::ident::{IDENT_SLOTS, IdentSlot};
+use super::slot::{IDENT_SLOTS, IdentSlot};
 use super::word::{BUFS, GEN_BITS, GEN_SHIFT, ID_MASK, Word};
 
 pub(crate) const GEN_MOD: u64 = 1 << GEN_BITS;

@@ -83,3 +83,10 @@ crate::macros::setters!(SemaphoreOptions {
     holders: u32,
     init_timeout: Duration
 });
+
+/// Checks that this process may use a file created in pid namespace `file_ns`.
+#[cfg(not(cxc_loom))]
+pub(super) fn check_namespace(file_ns: u64) -> Result<(), SemaphoreError> {
+    crate::holders::check_namespace(file_ns)
+        .map_err(|(expected, found)| SemaphoreError::ForeignPidNamespace { expected, found })
+}

@@ -227,7 +227,7 @@ impl SharedSemaphore {
         let max = u32::try_from(map.info().layout.params[0])
             .unwrap_or(word::MAX_PERMITS)
             .min(word::MAX_PERMITS);
-        super::holder::check_namespace(map.info().layout.params[2])?;
+        super::error::check_namespace(map.info().layout.params[2])?;
         Ok(SharedSemaphore {
             map,
             max,

@@ -102,9 +102,3 @@ impl SharedSemaphore {
         total
     }
 }
-
-/// Checks that this process may use a file created in pid namespace `file_ns`.
-pub(super) fn check_namespace(file_ns: u64) -> Result<(), SemaphoreError> {
-    crate::holders::check_namespace(file_ns)
-        .map_err(|(expected, found)| SemaphoreError::ForeignPidNamespace { expected, found })
-}
