@@ -13,6 +13,32 @@ pub(crate) enum Misfit {
     Align { max: usize, found: usize },
 }
 
+/// `From<Misfit>` for an error enum with `PayloadTooLarge { max, found }` and
+/// `PayloadAlign { max, found }` variants, so `check_fit::<T>(n)?` reports either.
+#[cfg_attr(cxc_loom, allow(unused_macros))]
+macro_rules! misfit_into {
+    ($($error:ty),*) => {$(
+        impl From<$crate::payload::Misfit> for $error {
+            fn from(m: $crate::payload::Misfit) -> Self {
+                match m {
+                    $crate::payload::Misfit::TooLarge { max, found } => {
+                        Self::PayloadTooLarge { max, found }
+                    }
+                    $crate::payload::Misfit::Align { max, found } => {
+                        Self::PayloadAlign { max, found }
+                    }
+                }
+            }
+        }
+    )*};
+}
+#[cfg(not(cxc_loom))]
+misfit_into!(
+    crate::LeaseError,
+    crate::SeqLockError,
+    crate::rwlock::RwLockError
+);
+
 /// Whether a `T` fits a buffer of `max_bytes` bytes aligned to 8.
 pub(crate) fn check_fit<T>(max_bytes: usize) -> Result<(), Misfit> {
     if size_of::<T>() > max_bytes {

@@ -131,40 +131,12 @@ impl<T> std::fmt::Debug for OwnerLease<T> {
     }
 }
 
+/// A `T` fits a payload buffer (48 bytes, alignment at most 8).
 fn check_payload<T>() -> Result<(), LeaseError> {
-    if size_of::<T>() > PAYLOAD_BYTES {
-        return Err(LeaseError::PayloadTooLarge {
-            max: PAYLOAD_BYTES,
-            found: size_of::<T>(),
-        });
-    }
-    if align_of::<T>() > 8 {
-        return Err(LeaseError::PayloadAlign {
-            max: 8,
-            found: align_of::<T>(),
-        });
-    }
-    Ok(())
+    Ok(crate::payload::check_fit::<T>(PAYLOAD_BYTES)?)
 }
 
-/// Payload words that hold a `T` (the rest of the buffer is never read or written).
-pub(super) const fn words_for<T>() -> usize {
-    let n = size_of::<T>().div_ceil(8);
-    if n > PAYLOAD_WORDS { PAYLOAD_WORDS } else { n }
-}
-
-pub(super) fn to_words<T: IntoBytes + Immutable>(value: &T) -> [u64; PAYLOAD_WORDS] {
-    let mut words = [0u64; PAYLOAD_WORDS];
-    let src = value.as_bytes();
-    if let Some(dst) = words.as_mut_bytes().get_mut(..src.len()) {
-        dst.copy_from_slice(src);
-    }
-    words
-}
-
-pub(super) fn from_words<T: FromBytes>(words: &[u64; PAYLOAD_WORDS]) -> Option<T> {
-    T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
-}
+pub(super) use crate::payload::{from_words, to_words, words_of as words_for};
 
 fn check_params(params: &[u64; 4]) -> Result<(), MmfError> {
     if Preemption::from_code(params[0]).is_none() {
@@ -278,7 +250,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     fn init(state: &LeaseState, initial: &T) {
-        for (dst, w) in state.bufs[0].words.iter().zip(to_words(initial)) {
+        for (dst, w) in state.bufs[0].words.iter().zip(to_words::<T, PAYLOAD_WORDS>(initial)) {
             dst.store(w, Ordering::Relaxed);
         }
     }

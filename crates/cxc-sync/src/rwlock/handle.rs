@@ -20,7 +20,7 @@ use super::word::MAX_HOLDERS;
 use crate::holders::{
     HolderCache, check_namespace, find_or_claim, is_dead, pid_namespace, reclaimable,
 };
-use crate::payload::{Misfit, check_fit, to_words};
+use crate::payload::{check_fit, to_words};
 use crate::semaphore::word::{
     STATE_ACTIVE, STATE_RECLAIMING, identity_tag, owner_parts, owner_word,
 };
@@ -72,10 +72,7 @@ pub struct SharedRwLock<T> {
 }
 
 fn check_payload<T>() -> Result<(), RwLockError> {
-    check_fit::<T>(PAYLOAD_BYTES).map_err(|m| match m {
-        Misfit::TooLarge { max, found } => RwLockError::PayloadTooLarge { max, found },
-        Misfit::Align { max, found } => RwLockError::PayloadAlign { max, found },
-    })
+    Ok(check_fit::<T>(PAYLOAD_BYTES)?)
 }
 
 fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {

@@ -169,20 +169,9 @@ impl<T> Drop for SeqLock<T> {
     }
 }
 
+/// A `T` fits a payload buffer (48 bytes, alignment at most 8).
 pub(crate) fn check_payload<T>() -> Result<(), SeqLockError> {
-    if size_of::<T>() > PAYLOAD_BYTES {
-        return Err(SeqLockError::PayloadTooLarge {
-            max: PAYLOAD_BYTES,
-            found: size_of::<T>(),
-        });
-    }
-    if align_of::<T>() > 8 {
-        return Err(SeqLockError::PayloadAlign {
-            max: 8,
-            found: align_of::<T>(),
-        });
-    }
-    Ok(())
+    Ok(crate::payload::check_fit::<T>(PAYLOAD_BYTES)?)
 }
 
 /// Words holding a `T` (checked at construction to be at most `PAYLOAD_WORDS`).
