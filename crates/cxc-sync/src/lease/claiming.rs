@@ -5,6 +5,7 @@ use crate::liveness::Liveness;
 use crate::primitive::{Ordering, spin_hint};
 
 use super::state::*;
+use super::word::BufferFields;
 use super::word::{Word, quarantine_tag};
 
 impl LeaseState {

@@ -20,6 +20,7 @@
 //! (with an error), never make a dead holder look alive or a live one dead.
 
 use crate::liveness::Liveness;
+use crate::payload::BufferFields;
 use crate::primitive::Ordering;
 
 use super::os::{Identity, liveness};

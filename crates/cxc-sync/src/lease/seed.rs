@@ -1,5 +1,6 @@
 //! The seed API (pid-based calls) and the fenced-claim API of [`OwnerLease`].
 
+use crate::payload::BufferFields;
 use cxc_sidecar::Instrumented;
 use cxc_sidecar::OpCode;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};

@@ -32,7 +32,7 @@ use cxc_sidecar::{HandshakeHeader, ObservationRing};
 
 use super::claim::LeaseClaim;
 use super::slot::{IDENT_SLOTS, IdentSlot};
-use super::word::{BUFS, GEN_BITS, GEN_SHIFT, ID_MASK, Word};
+use super::word::{BUFS, BufferFields, GEN_BITS, GEN_SHIFT, ID_MASK, Word};
 
 pub(crate) const GEN_MOD: u64 = 1 << GEN_BITS;
 /// The full generation is checkpointed into `term` whenever the low bits are a multiple of this.

@@ -1,6 +1,7 @@
 //! Diagnostics of a lease: [`LeaseStatus`], type-erased read-only [`inspect`], accessors,
 //! and the sidecar's view ([`AdaptiveInstance`]).
 
+use crate::payload::BufferFields;
 use std::path::Path;
 
 use cxc_mmf::{Kind, MmfError, Snapshot, TypeFingerprint};

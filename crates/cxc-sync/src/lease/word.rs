@@ -25,6 +25,8 @@
 //! | held, PRIVATE              | new holder or vacant, Q += stage           | takeover / release by another |
 //! | Q has bit b                | Q -= b                                     | b's writer, or a proof of its death |
 
+pub(crate) use crate::payload::BufferFields;
+
 /// Holder field: identity-table slot + 1; 0 = vacant.
 pub(crate) const HOLDER_MASK: u64 = 0xFF;
 const PUB_SHIFT: u32 = 8;
@@ -52,6 +54,18 @@ pub(crate) const BUFS: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Word(pub(crate) u64);
 
+/// The published, staging and quarantine fields, as the rwlock's state word has them.
+impl BufferFields for Word {
+    const PUB_SHIFT: u32 = PUB_SHIFT;
+    const STAGE_SHIFT: u32 = STAGE_SHIFT;
+    const Q_SHIFT: u32 = Q_SHIFT;
+
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        self.0
+    }
+}
+
 impl Word {
     /// Holder slot + 1 (0 = vacant).
     #[inline]
@@ -68,18 +82,6 @@ impl Word {
     #[inline]
     pub(crate) fn id(self) -> u64 {
         self.0 & ID_MASK
-    }
-
-    #[inline]
-    pub(crate) fn published(self) -> usize {
-        ((self.0 >> PUB_SHIFT) & BUF_FIELD) as usize
-    }
-
-    /// The staging buffer, `None` when the claim has none (stage == pub).
-    #[inline]
-    pub(crate) fn stage(self) -> Option<usize> {
-        let s = ((self.0 >> STAGE_SHIFT) & BUF_FIELD) as usize;
-        (s != self.published()).then_some(s)
     }
 
     #[inline]
@@ -108,31 +110,10 @@ impl Word {
         Word(if on { self.0 | bit } else { self.0 & !bit })
     }
 
-    #[inline]
-    pub(crate) fn quarantine(self) -> u8 {
-        ((self.0 & Q_MASK) >> Q_SHIFT) as u8
-    }
-
-    #[inline]
-    pub(crate) fn is_quarantined(self, buf: usize) -> bool {
-        self.quarantine() & (1 << buf) != 0
-    }
-
     /// The low generation bits (the word's generation field).
     #[inline]
     pub(crate) fn gen_low(self) -> u64 {
         self.0 >> GEN_SHIFT
-    }
-
-    /// The first buffer that is neither published, staged nor quarantined.
-    #[inline]
-    pub(crate) fn free_buffer(self) -> Option<usize> {
-        let mut busy = self.quarantine() | (1 << self.published());
-        if let Some(s) = self.stage() {
-            busy |= 1 << s;
-        }
-        let free = !busy;
-        (free != 0).then(|| free.trailing_zeros() as usize)
     }
 
     #[inline]

@@ -5,6 +5,7 @@ use crate::liveness::Liveness;
 use crate::primitive::{Ordering, fence, spin_hint};
 
 use super::state::*;
+use super::word::BufferFields;
 use super::word::{BUFS, Word};
 
 /// A bounded wait for a sibling's WRITE bit to clear: spins, then sleeps, then gives up

@@ -9,7 +9,7 @@ use loom::thread;
 
 use super::os::Identity;
 use super::state::{Claimant, LeaseState, PAYLOAD_WORDS, Policy};
-use super::word::{ID_MASK, WRITE_BIT, Word};
+use super::word::{BufferFields, ID_MASK, WRITE_BIT, Word};
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
 
