@@ -77,6 +77,24 @@ pub(crate) fn from_words<T: FromBytes, const W: usize>(words: &[u64; W]) -> Opti
     T::read_from_bytes(words.as_bytes().get(..size_of::<T>())?).ok()
 }
 
+/// [`BufferFields`] for a word type `$t(u64)` whose module defines `PUB_SHIFT`,
+/// `STAGE_SHIFT` and `Q_SHIFT`.
+macro_rules! buffer_fields {
+    ($t:ty) => {
+        impl $crate::payload::BufferFields for $t {
+            const PUB_SHIFT: u32 = PUB_SHIFT;
+            const STAGE_SHIFT: u32 = STAGE_SHIFT;
+            const Q_SHIFT: u32 = Q_SHIFT;
+
+            #[inline(always)]
+            fn bits(self) -> u64 {
+                self.0
+            }
+        }
+    };
+}
+pub(crate) use buffer_fields;
+
 /// The buffer fields of a state word, as the lease's claim word and the rwlock's state
 /// word both carry them: the published buffer and the staging buffer (3 bits each; a
 /// staging buffer equal to the published one means none) and one quarantine bit per

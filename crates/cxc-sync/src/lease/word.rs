@@ -54,17 +54,7 @@ pub(crate) const BUFS: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Word(pub(crate) u64);
 
-/// The published, staging and quarantine fields, as the rwlock's state word has them.
-impl BufferFields for Word {
-    const PUB_SHIFT: u32 = PUB_SHIFT;
-    const STAGE_SHIFT: u32 = STAGE_SHIFT;
-    const Q_SHIFT: u32 = Q_SHIFT;
-
-    #[inline(always)]
-    fn bits(self) -> u64 {
-        self.0
-    }
-}
+crate::payload::buffer_fields!(Word);
 
 impl Word {
     /// Holder slot + 1 (0 = vacant).

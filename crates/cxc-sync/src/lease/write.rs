@@ -307,24 +307,7 @@ impl LeaseState {
         // full generation of a stale word cannot be rebuilt once `term` moved past it).
         let ours =
             |tag: u64| tag as u8 == word.holder() && (tag >> 8) & (GEN_MOD - 1) == word.gen_low();
-        let mut cur = self.word();
-        loop {
-            if !cur.is_quarantined(s) || !ours(self.qowner[s].load(Ordering::Acquire)) {
-                return;
-            }
-            match self.claim.compare_exchange(
-                cur.0,
-                cur.without_quarantined(s).0,
-                Ordering::SeqCst,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    self.bump(counter::QUARANTINE_FREED, 1);
-                    return;
-                }
-                Err(actual) => cur = Word(actual),
-            }
-        }
+        self.unquarantine(s, self.word(), ours, counter::QUARANTINE_FREED);
     }
 
     /// Frees every quarantined buffer whose writer's process the OS proves gone.
@@ -340,23 +323,35 @@ impl LeaseState {
             if self.slot_liveness(holder) != Liveness::Dead {
                 continue;
             }
-            loop {
-                if !cur.is_quarantined(b) || self.qowner[b].load(Ordering::Acquire) != tag {
-                    break;
+            cur = self.unquarantine(b, cur, |t| t == tag, counter::QUARANTINE_REAPED);
+        }
+    }
+
+    /// Clears buffer `b`'s Q bit, starting from the claim word `cur`, while the bit is set
+    /// and `holds` accepts its quarantine record; counts `freed` if it cleared it. Returns
+    /// the claim word as last seen (reloaded after clearing).
+    fn unquarantine(
+        &self,
+        b: usize,
+        mut cur: Word,
+        holds: impl Fn(u64) -> bool,
+        freed: usize,
+    ) -> Word {
+        loop {
+            if !cur.is_quarantined(b) || !holds(self.qowner[b].load(Ordering::Acquire)) {
+                return cur;
+            }
+            match self.claim.compare_exchange(
+                cur.0,
+                cur.without_quarantined(b).0,
+                Ordering::SeqCst,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.bump(freed, 1);
+                    return self.word();
                 }
-                match self.claim.compare_exchange(
-                    cur.0,
-                    cur.without_quarantined(b).0,
-                    Ordering::SeqCst,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        self.bump(counter::QUARANTINE_REAPED, 1);
-                        cur = self.word();
-                        break;
-                    }
-                    Err(actual) => cur = Word(actual),
-                }
+                Err(actual) => cur = Word(actual),
             }
         }
     }

@@ -32,16 +32,7 @@ pub(crate) const MAX_HOLDERS: u32 = WRITER_MASK as u32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Word(pub(crate) u64);
 
-impl BufferFields for Word {
-    const PUB_SHIFT: u32 = PUB_SHIFT;
-    const STAGE_SHIFT: u32 = STAGE_SHIFT;
-    const Q_SHIFT: u32 = Q_SHIFT;
-
-    #[inline]
-    fn bits(self) -> u64 {
-        self.0
-    }
-}
+crate::payload::buffer_fields!(Word);
 
 impl Word {
     /// The writer's holder slot, if a writer holds (or is draining readers).
