@@ -6,7 +6,20 @@
 
 /// Builder-style setters on an options struct, one per listed field, each
 /// `pub fn FIELD(mut self, FIELD: TYPE) -> Self` documented "Sets [`Struct::FIELD`].".
+///
+/// Fields may carry their own doc comments instead (`/// ...` before `field: Type`).
 macro_rules! setters {
+    ($ty:ident { $($(#[doc = $doc:expr])+ $field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                $(#[doc = $doc])+
+                pub fn $field(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
     ($ty:ident { $($field:ident: $t:ty),* $(,)? }) => {
         impl $ty {
             $(

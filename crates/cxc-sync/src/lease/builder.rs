@@ -60,6 +60,23 @@ pub struct LeaseBuilder {
     pid: u32,
 }
 
+crate::macros::setters!(LeaseBuilder {
+    /// How long a holder's heartbeat may be silent before a guard of this handle takes
+    /// the lease over (rounded up to whole epochs of a clock-epoch file).
+    grace: Duration,
+    /// Who may take the lease from a live holder (stored in the file at creation).
+    preemption: Preemption,
+    /// The epoch source (stored in the file at creation).
+    epoch: EpochMode,
+    /// Permission bits of a created file.
+    mode: u32,
+    /// How long `create_or_open` waits for another process's initialisation.
+    init_timeout: Duration,
+    /// The pid the guards' claims are made for (shown as the owner; default: this
+    /// process's). The claims always name this process's identity.
+    pid: u32,
+});
+
 impl LeaseBuilder {
     /// A builder for the lease file at `path`, with the defaults above.
     pub fn new(path: impl AsRef<Path>) -> Self {
@@ -75,12 +92,6 @@ impl LeaseBuilder {
         }
     }
 
-    /// How long a holder's heartbeat may be silent before a guard of this handle takes
-    /// the lease over (rounded up to whole epochs of a clock-epoch file).
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
 
     /// The grace in epochs, for files with manual epochs (overrides [`grace`](Self::grace)).
     pub fn grace_epochs(mut self, epochs: u64) -> Self {
@@ -88,36 +99,10 @@ impl LeaseBuilder {
         self
     }
 
-    /// Who may take the lease from a live holder (stored in the file at creation).
-    pub fn preemption(mut self, preemption: Preemption) -> Self {
-        self.preemption = preemption;
-        self
-    }
 
-    /// The epoch source (stored in the file at creation).
-    pub fn epoch(mut self, epoch: EpochMode) -> Self {
-        self.epoch = epoch;
-        self
-    }
 
-    /// Permission bits of a created file.
-    pub fn mode(mut self, mode: u32) -> Self {
-        self.mode = mode;
-        self
-    }
 
-    /// How long `create_or_open` waits for another process's initialisation.
-    pub fn init_timeout(mut self, timeout: Duration) -> Self {
-        self.init_timeout = timeout;
-        self
-    }
 
-    /// The pid the guards' claims are made for (shown as the owner; default: this
-    /// process's). The claims always name this process's identity.
-    pub fn pid(mut self, pid: u32) -> Self {
-        self.pid = pid;
-        self
-    }
 
     fn options(&self) -> LeaseOptions {
         LeaseOptions {
