@@ -8,7 +8,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::os::Identity;
-use super::state::{Claimant, LeaseState, PAYLOAD_WORDS, Policy};
+use super::state::{Claimant, LeaseState, PAYLOAD_WORDS, Policy, WriteRefused};
 use super::word::{BufferFields, ID_MASK, WRITE_BIT, Word};
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
@@ -69,6 +69,14 @@ fn claim_judged(
         .map(|g| (s.claim_for(g.word, g.torn, pid), g.word))
 }
 
+/// A fresh lease claimed by pid 20 (with `policy` and `grace`): the state, the claim and
+/// its word.
+fn held_by_20(policy: Policy, grace: u64) -> (Arc<LeaseState>, super::LeaseClaim, u64) {
+    let s = Arc::new(LeaseState::new());
+    let (c1, word) = claim(&s, policy, 20, grace, false).unwrap();
+    (s, c1, word)
+}
+
 /// The OS says pid 20 is dead (it was killed); everyone else is unidentified.
 fn pid20_dead(s: &LeaseState, w: Word) -> Liveness {
     if s.holder_pid(w) == 20 {
@@ -86,6 +94,21 @@ fn on<R: Send + 'static>(
     thread::spawn(move || f(&s))
 }
 
+/// Runs `a` and `b` on `s` in two threads and returns both results.
+fn race<A: Send + 'static, B: Send + 'static>(
+    s: &Arc<LeaseState>,
+    a: impl FnOnce(&LeaseState) -> A + Send + 'static,
+    b: impl FnOnce(&LeaseState) -> B + Send + 'static,
+) -> (A, B) {
+    let (ta, tb) = (on(s.clone(), a), on(s.clone(), b));
+    (ta.join().unwrap(), tb.join().unwrap())
+}
+
+/// A writer of 7 through the claim `c` (`write_claimed`'s protocol).
+fn write7(c: super::LeaseClaim) -> impl FnOnce(&LeaseState) -> Result<(), WriteRefused> + Send {
+    move |st| st.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c.id)
+}
+
 fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
     [v; PAYLOAD_WORDS]
 }
@@ -96,16 +119,15 @@ fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
 fn loom_claim_preempt_release() {
     loom::model(|| {
         let s = Arc::new(LeaseState::new());
-        let t1 = on(s.clone(), move |s1| {
-            let c = claim(s1, LOWER, 20, 3, false);
-            let released = c.map(|(c, _)| s1.release_id(c.id));
-            (c.map(|(c, _)| c), released)
-        });
-        let t2 = on(s.clone(), move |s2| {
-            claim(s2, LOWER, 10, 3, false).map(|(c, _)| c)
-        });
-        let (c1, rel1) = t1.join().unwrap();
-        let c2 = t2.join().unwrap();
+        let ((c1, rel1), c2) = race(
+            &s,
+            move |s1| {
+                let c = claim(s1, LOWER, 20, 3, false);
+                let released = c.map(|(c, _)| s1.release_id(c.id));
+                (c.map(|(c, _)| c), released)
+            },
+            move |s2| claim(s2, LOWER, 10, 3, false).map(|(c, _)| c),
+        );
         let c2 = c2.expect("pid 10 always wins: vacant or preempting pid 20");
         let fin = s.claim.load(Ordering::Acquire);
         match c1 {
@@ -140,15 +162,15 @@ fn write_beside(
     grace: u64,
     take: impl FnOnce(&LeaseState) -> Option<super::LeaseClaim> + Send + 'static,
 ) -> (Arc<LeaseState>, bool, Option<super::LeaseClaim>) {
-    let s = Arc::new(LeaseState::new());
-    let (c1, _) = claim(&s, policy, 20, grace, false).unwrap();
-    let t1 = on(s.clone(), move |s1| {
-        s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
-            .is_ok()
-    });
-    let t2 = on(s.clone(), move |s2| take(s2));
-    let wrote = t1.join().unwrap();
-    let got = t2.join().unwrap();
+    let (s, c1, _) = held_by_20(policy, grace);
+    let (wrote, got) = race(
+        &s,
+        move |s1| {
+            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
+                .is_ok()
+        },
+        move |s2| take(s2),
+    );
     (s, wrote, got)
 }
 
@@ -192,10 +214,11 @@ fn loom_steal_race() {
         let s = Arc::new(LeaseState::new());
         // The epoch has moved far past the (old) heartbeat of the vacant lease.
         s.epoch.store(100, Ordering::Release);
-        let t1 = on(s.clone(), move |s1| claim(s1, NEVER, 5, 3, false).is_some());
-        let t2 = on(s.clone(), move |s2| claim(s2, NEVER, 9, 3, false).is_some());
-        let a = t1.join().unwrap();
-        let b = t2.join().unwrap();
+        let (a, b) = race(
+            &s,
+            move |s1| claim(s1, NEVER, 5, 3, false).is_some(),
+            move |s2| claim(s2, NEVER, 9, 3, false).is_some(),
+        );
         assert!(
             a ^ b,
             "exactly one claim: a fresh claim was stolen as stale ({a}, {b})"
@@ -209,26 +232,26 @@ fn loom_steal_race() {
 #[test]
 fn loom_writer_dies_mid_write() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, word) = claim(&s, NEVER, 20, 0, false).unwrap();
+        let (s, c1, word) = held_by_20(NEVER, 0);
         assert!(
             s.write_if(&words(3), PAYLOAD_WORDS, |w| w.id() == c1.id)
                 .is_ok()
         );
-        let t1 = on(s.clone(), move |s1| {
-            // Start a write and "die" after the first data word.
-            if let Ok(w) = s1.start_write(|w| w.id() == c1.id) {
-                let stage = &s1.bufs[w.stage().expect("a staging buffer")];
-                stage.seq.fetch_add(1, Ordering::Relaxed);
-                stage.words[0].store(99, Ordering::Relaxed);
-            }
-        });
-        let t2 = on(s.clone(), move |s2| {
-            claim_judged(s2, NEVER, 30, 1000, false, pid20_dead)
-                .map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w.id() == c.id)))
-        });
-        t1.join().unwrap();
-        let got = t2.join().unwrap();
+        let (_, got) = race(
+            &s,
+            move |s1| {
+                // Start a write and "die" after the first data word.
+                if let Ok(w) = s1.start_write(|w| w.id() == c1.id) {
+                    let stage = &s1.bufs[w.stage().expect("a staging buffer")];
+                    stage.seq.fetch_add(1, Ordering::Relaxed);
+                    stage.words[0].store(99, Ordering::Relaxed);
+                }
+            },
+            move |s2| {
+                claim_judged(s2, NEVER, 30, 1000, false, pid20_dead)
+                    .map(|(c, _)| (c, s2.read_if(PAYLOAD_WORDS, |w| w.id() == c.id)))
+            },
+        );
         let _ = word;
         if let Some((c2, read)) = got {
             assert_eq!(
@@ -272,13 +295,9 @@ fn loom_slow_writer_superseded_as_stale() {
 #[test]
 fn loom_sibling_release_during_write() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, _) = claim(&s, NEVER, 20, 3, false).unwrap();
+        let (s, c1, _) = held_by_20(NEVER, 3);
         let _ = holder(&s, 30);
-        let t1 = on(s.clone(), move |s1| {
-            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
-        });
-        let t2 = on(s.clone(), move |s2| {
+        let (first, got) = race(&s, write7(c1), move |s2| {
             if !s2.release_id(c1.id) {
                 return None;
             }
@@ -287,8 +306,6 @@ fn loom_sibling_release_during_write() {
             let read = s2.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id);
             Some((c2, wrote, read))
         });
-        let first = t1.join().unwrap();
-        let got = t2.join().unwrap();
         let (c2, wrote, read) = got.expect("the release of a current claim succeeds");
         if wrote.is_ok() {
             assert_eq!(
@@ -320,20 +337,15 @@ fn loom_sibling_release_during_write() {
 #[test]
 fn loom_stale_writer_resumes_after_takeover() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
+        let (s, c1, _) = held_by_20(NEVER, 0);
         let _ = holder(&s, 30);
-        let t1 = on(s.clone(), move |s1| {
-            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
-        });
-        let t2 = on(s.clone(), move |s2| {
+        let (first, got) = race(&s, write7(c1), move |s2| {
             s2.epoch.store(5, Ordering::Release);
             let (c2, _) = claim(s2, NEVER, 30, 0, false)?;
             let wrote = s2.write_if(&words(100), PAYLOAD_WORDS, |w| w.id() == c2.id);
             Some((c2, wrote))
         });
-        let first = t1.join().unwrap();
-        if let Some((c2, wrote)) = t2.join().unwrap() {
+        if let Some((c2, wrote)) = got {
             assert!(wrote.is_ok(), "a fresh holder with free buffers writes");
             let read = s.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id).unwrap();
             assert_eq!(read, words(100), "the stale writer's value appeared");
@@ -352,8 +364,7 @@ fn loom_stale_writer_resumes_after_takeover() {
 #[test]
 fn loom_late_reader_never_sees_an_unpublished_fill() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, _) = claim(&s, NEVER, 20, 0, false).unwrap();
+        let (s, c1, _) = held_by_20(NEVER, 0);
         let _ = holder(&s, 30);
         assert!(
             s.write_if(&words(1), PAYLOAD_WORDS, |w| w.id() == c1.id)
@@ -406,13 +417,13 @@ fn blocking_claim(s: &LeaseState, pid: u32) -> super::LeaseClaim {
 #[test]
 fn loom_no_lost_wakeup() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, _) = claim(&s, NEVER, 20, u64::MAX / 2, false).unwrap();
+        let (s, c1, _) = held_by_20(NEVER, u64::MAX / 2);
         let _ = holder(&s, 30);
-        let t1 = on(s.clone(), move |s1| assert!(s1.release_id(c1.id)));
-        let t2 = on(s.clone(), move |s2| blocking_claim(s2, 30));
-        t1.join().unwrap();
-        let c2 = t2.join().unwrap();
+        let (_, c2) = race(
+            &s,
+            move |s1| assert!(s1.release_id(c1.id)),
+            move |s2| blocking_claim(s2, 30),
+        );
         assert_eq!(s.word().id(), c2.id);
     });
 }
@@ -422,8 +433,7 @@ fn loom_no_lost_wakeup() {
 #[test]
 fn loom_two_waiters_no_lost_wakeup() {
     loom::model(|| {
-        let s = Arc::new(LeaseState::new());
-        let (c1, _) = claim(&s, NEVER, 20, u64::MAX / 2, false).unwrap();
+        let (s, c1, _) = held_by_20(NEVER, u64::MAX / 2);
         let _ = holder(&s, 30);
         let _ = holder(&s, 40);
         let waiter = |pid: u32| {
