@@ -109,6 +109,19 @@ fn write7(c: super::LeaseClaim) -> impl FnOnce(&LeaseState) -> Result<(), WriteR
     move |st| st.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c.id)
 }
 
+/// Pid 20 holds the lease (no preemption, `grace`) and writes 7 through its claim while
+/// `other` runs beside it with that claim (pid 30 registered first). Returns the state,
+/// the write's result and `other`'s.
+fn writer_of_20_beside<B: Send + 'static>(
+    grace: u64,
+    other: impl FnOnce(&LeaseState, super::LeaseClaim) -> B + Send + 'static,
+) -> (Arc<LeaseState>, Result<(), WriteRefused>, B) {
+    let (s, c1, _) = held_by_20(NEVER, grace);
+    let _ = holder(&s, 30);
+    let (first, got) = race(&s, write7(c1), move |s2| other(s2, c1));
+    (s, first, got)
+}
+
 fn words(v: u64) -> [u64; PAYLOAD_WORDS] {
     [v; PAYLOAD_WORDS]
 }
@@ -163,14 +176,7 @@ fn write_beside(
     take: impl FnOnce(&LeaseState) -> Option<super::LeaseClaim> + Send + 'static,
 ) -> (Arc<LeaseState>, bool, Option<super::LeaseClaim>) {
     let (s, c1, _) = held_by_20(policy, grace);
-    let (wrote, got) = race(
-        &s,
-        move |s1| {
-            s1.write_if(&words(7), PAYLOAD_WORDS, |w| w.id() == c1.id)
-                .is_ok()
-        },
-        move |s2| take(s2),
-    );
+    let (wrote, got) = race(&s, move |s1| write7(c1)(s1).is_ok(), move |s2| take(s2));
     (s, wrote, got)
 }
 
@@ -295,9 +301,7 @@ fn loom_slow_writer_superseded_as_stale() {
 #[test]
 fn loom_sibling_release_during_write() {
     loom::model(|| {
-        let (s, c1, _) = held_by_20(NEVER, 3);
-        let _ = holder(&s, 30);
-        let (first, got) = race(&s, write7(c1), move |s2| {
+        let (s, first, got) = writer_of_20_beside(3, move |s2, c1| {
             if !s2.release_id(c1.id) {
                 return None;
             }
@@ -337,9 +341,7 @@ fn loom_sibling_release_during_write() {
 #[test]
 fn loom_stale_writer_resumes_after_takeover() {
     loom::model(|| {
-        let (s, c1, _) = held_by_20(NEVER, 0);
-        let _ = holder(&s, 30);
-        let (first, got) = race(&s, write7(c1), move |s2| {
+        let (s, first, got) = writer_of_20_beside(0, move |s2, _| {
             s2.epoch.store(5, Ordering::Release);
             let (c2, _) = claim(s2, NEVER, 30, 0, false)?;
             let wrote = s2.write_if(&words(100), PAYLOAD_WORDS, |w| w.id() == c2.id);
