@@ -146,3 +146,21 @@ pub(crate) trait BufferFields: Copy {
         (free != 0).then(|| free.trailing_zeros() as usize)
     }
 }
+
+/// The check both word types' tests run: with every buffer but one (the published one,
+/// 0) busy, `busy` has no free buffer, and `one_freed` (the same with buffer 4 out of
+/// quarantine) has buffer 4.
+#[cfg(test)]
+pub(crate) fn assert_all_busy<W: BufferFields>(busy: W, one_freed: W) {
+    assert_eq!(busy.free_buffer(), None);
+    assert_eq!(one_freed.free_buffer(), Some(4));
+}
+
+/// The check both word types' tests run on a word `q` with buffer `b` quarantined (and
+/// buffers 0 and 3 published and staged): `b` is quarantined and buffer 1 is the first
+/// free one.
+#[cfg(test)]
+pub(crate) fn assert_quarantined<W: BufferFields>(q: W, b: usize) {
+    assert!(q.is_quarantined(b));
+    assert_eq!(q.free_buffer(), Some(1));
+}

@@ -192,8 +192,7 @@ mod tests {
         assert!(!s.writing());
         assert_eq!(s.id(), w.id());
         let q = s.with_quarantined(6);
-        assert!(q.is_quarantined(6));
-        assert_eq!(q.free_buffer(), Some(1));
+        crate::payload::assert_quarantined(q, 6);
         assert_eq!(q.without_quarantined(6), s);
         let v = q.vacated();
         assert!(v.is_vacant());
@@ -204,11 +203,7 @@ mod tests {
 
     #[test]
     fn free_buffer_none_when_all_busy() {
-        let mut w = Word(0).with_stage(Some(1));
-        for b in 2..BUFS {
-            w = w.with_quarantined(b);
-        }
-        assert_eq!(w.free_buffer(), None);
-        assert_eq!(w.without_quarantined(4).free_buffer(), Some(4));
+        let busy = (2..BUFS).fold(Word(0).with_stage(Some(1)), |w, b| w.with_quarantined(b));
+        crate::payload::assert_all_busy(busy, busy.without_quarantined(4));
     }
 }
