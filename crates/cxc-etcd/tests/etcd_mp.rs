@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{EtcdServer, child, linger, max_overlap, mono_ns};
 use cxc_etcd::{Etcd, EtcdClaim, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, PermitPool};
-use cxc_testkit::{Proc, arg, fields, path_arg, report, role, wait_for_path};
+use cxc_testkit::{Proc, arg, fields, path_arg, report, wait_for_path};
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -40,17 +40,14 @@ fn rounds() -> u64 {
 
 /// If this process is a child, plays its role and exits.
 fn child_dispatch() {
-    let Some(role) = role() else { return };
-    match role.as_str() {
-        "contender" => role_contender(),
-        "holder" => role_holder(),
-        "paused" => role_paused(),
-        "sem_worker" => role_sem_worker(),
-        "sem_holder" => role_sem_holder(),
-        "restart_contender" => role_restart_contender(),
-        other => panic!("unknown role {other:?}"),
-    }
-    std::process::exit(0);
+    cxc_testkit::play_role!(
+        role_contender,
+        role_holder,
+        role_paused,
+        role_sem_worker,
+        role_sem_holder,
+        role_restart_contender
+    );
 }
 
 /// One hold as a child reports it: `hold start=NS end=NS gen=G`, and for the restart

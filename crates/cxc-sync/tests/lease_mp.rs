@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use cxc_sync::lease::counter;
 use cxc_sync::liveness::{ProcStatus, proc_status};
 use cxc_sync::{LeaseOptions, OwnerLease, Preemption};
-use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, path_arg, report, role, wait_for_path};
+use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, path_arg, report, wait_for_path};
 
 // ---------------------------------------------------------------------------------------
 // Child-process plumbing (cxc_testkit)
@@ -43,19 +43,14 @@ const PATIENCE: Duration = Duration::from_secs(5);
 
 /// If this process is a child, play its role and exit; otherwise return.
 fn child_dispatch() {
-    let Some(role) = role() else {
-        return;
-    };
-    match role.as_str() {
-        "beater" => role_beater(),
-        "holder" => role_holder(),
-        "writer" => role_writer(),
-        "hammer" => role_hammer(),
-        "paused" => role_paused(),
-        "closure" => role_closure(),
-        other => panic!("unknown child role {other:?}"),
-    }
-    std::process::exit(0);
+    cxc_testkit::play_role!(
+        role_beater,
+        role_holder,
+        role_writer,
+        role_hammer,
+        role_paused,
+        role_closure
+    );
 }
 
 /// Starts this test binary as child `role` of test `test`, with role arguments `args`.
