@@ -94,6 +94,31 @@ pub fn fields(line: &str) -> HashMap<&str, &str> {
         .collect()
 }
 
+/// If this process was started in a role, plays it and exits: each listed function
+/// `role_NAME` plays role `NAME`, and an unknown role panics. A normal test run (no
+/// role) goes on.
+///
+/// ```
+/// fn role_writer() {}
+/// fn role_reader() {}
+/// // In the parent (a plain test run) this does nothing.
+/// cxc_testkit::play_role!(role_writer, role_reader);
+/// ```
+#[macro_export]
+macro_rules! play_role {
+    ($($f:ident),+ $(,)?) => {
+        if let Some(role) = $crate::role() {
+            $(
+                if Some(role.as_str()) == stringify!($f).strip_prefix("role_") {
+                    $f();
+                    std::process::exit(0);
+                }
+            )+
+            panic!("unknown child role {role:?}");
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,29 +143,4 @@ mod tests {
         assert_eq!(f["b"], "");
         assert_eq!(f["x"], "y=z");
     }
-}
-
-/// If this process was started in a role, plays it and exits: each listed function
-/// `role_NAME` plays role `NAME`, and an unknown role panics. A normal test run (no
-/// role) goes on.
-///
-/// ```
-/// fn role_writer() {}
-/// fn role_reader() {}
-/// // In the parent (a plain test run) this does nothing.
-/// cxc_testkit::play_role!(role_writer, role_reader);
-/// ```
-#[macro_export]
-macro_rules! play_role {
-    ($($f:ident),+ $(,)?) => {
-        if let Some(role) = $crate::role() {
-            $(
-                if Some(role.as_str()) == stringify!($f).strip_prefix("role_") {
-                    $f();
-                    std::process::exit(0);
-                }
-            )+
-            panic!("unknown child role {role:?}");
-        }
-    };
 }
