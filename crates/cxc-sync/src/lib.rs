@@ -69,7 +69,7 @@ pub use heartbeat::{
 };
 #[cfg(not(cxc_loom))]
 pub use lease::{GuardError, LeaseBuilder, LeaseGuard, LeaseStatus, OwnedLeaseGuard, OwnerLease};
-pub use lease::{LeaseClaim, LeaseError, LeaseOptions, Preemption};
+pub use lease::{LeaseClaim, LeaseError, LeaseOptions, LeaseStats, Preemption};
 pub use rwlock::{PAYLOAD_BYTES as RWLOCK_PAYLOAD_BYTES, RwLockStats};
 #[cfg(not(cxc_loom))]
 pub use rwlock::{

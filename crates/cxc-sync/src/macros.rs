@@ -157,8 +157,10 @@ macro_rules! counters {
         }
     };
     (@names $vis:vis [$($text:expr),*]) => {
+        /// Number of counters in use.
+        $vis const COUNT: usize = [$($text),*].len();
         /// Names of the counters in use, by index.
-        $vis const NAMES: [&str; [$($text),*].len()] = [$($text),*];
+        $vis const NAMES: [&str; COUNT] = [$($text),*];
     };
     (@names $vis:vis [$($text:expr),*] $count:expr) => {
         /// Number of counters the file has room for.

@@ -120,12 +120,12 @@ pub use cxc_sync::{
 };
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
-    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatTable, HeartbeatTableSnapshot,
-    InFlightBits, ReclaimReport, Registration, heartbeat_counter,
+    HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatStats, HeartbeatTable,
+    HeartbeatTableSnapshot, InFlightBits, ReclaimReport, Registration, heartbeat_counter,
 };
 pub use cxc_sync::{
     EpochMode, GuardError, LeaseBuilder, LeaseClaim, LeaseError, LeaseGuard, LeaseOptions,
-    LeaseStatus, OwnedLeaseGuard, OwnerLease, Preemption,
+    LeaseStats, LeaseStatus, OwnedLeaseGuard, OwnerLease, Preemption,
 };
 pub use cxc_sync::{
     FencedGuard, FencedLease, FencedLeaseGuards, MmapLease, PermitPool, PermitPoolGuards,
@@ -185,6 +185,6 @@ pub use cxc_sync::{
     SemaphoreSnapshot, SemaphoreStats, SharedSemaphore,
 };
 pub use cxc_sync::{
-    ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, SharedRwLock, WriteGuard,
-    WriteGuardError,
+    ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, RwLockStats, SharedRwLock,
+    WriteGuard, WriteGuardError,
 };

@@ -54,6 +54,10 @@ pub enum FencedFileError {
 /// A [`FencedResource`] in one file: a 16-byte header (magic `CXCFENC1`, the high-water
 /// mark as little-endian u64) and the data. Every operation holds an exclusive `flock`
 /// on the file, so check and write are one step for every process using it.
+///
+/// A write raises the mark before it writes the data, so that once a token was accepted
+/// no older token can write. A writer killed between the two leaves the mark raised and
+/// its data unwritten (the data then belongs to an older token than the mark).
 #[derive(Debug)]
 pub struct FencedFile {
     path: PathBuf,

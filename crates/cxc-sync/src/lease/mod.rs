@@ -13,7 +13,7 @@ mod word;
 mod write;
 
 pub use claim::{DEFAULT_GRACE_EPOCHS, LeaseClaim, LeaseError, LeaseOptions, Preemption};
-pub use state::{PAYLOAD_BYTES, counter};
+pub use state::{LeaseStats, PAYLOAD_BYTES, counter};
 
 #[cfg(all(feature = "async", not(cxc_loom)))]
 mod async_hooks;

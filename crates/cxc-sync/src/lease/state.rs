@@ -63,52 +63,40 @@ const READ_RETRY_LIMIT: u32 = 1 << 20;
 #[cfg(cxc_loom)]
 const READ_RETRY_LIMIT: u32 = 3;
 
-/// Indices into `LeaseState::counters` (cumulative, slow paths only).
-pub mod counter {
-    /// Claims that preempted a live higher-pid holder.
-    pub const CLAIM_PREEMPT: usize = 0;
-    /// Claims that took over a stale heartbeat.
-    pub const CLAIM_STALE: usize = 1;
-    /// Claims that took over a holder the OS proved dead.
-    pub const CLAIM_DEAD: usize = 2;
-    /// Claims that inherited an interrupted write.
-    pub const TORN_INHERITED: usize = 3;
-    /// Writes/beats/releases refused because the caller's claim was superseded.
-    pub const STALE_OP_REJECTED: usize = 4;
-    /// Blocking acquires that had to sleep.
-    pub const BLOCKED_WAITS: usize = 5;
-    /// Total nanoseconds spent in blocked acquires.
-    pub const BLOCKED_NS: usize = 6;
-    /// Blocking acquires that timed out.
-    pub const TIMEOUTS: usize = 7;
-    /// Torn-payload flags cleared by a successful write of the new holder.
-    pub const TORN_RESTORED: usize = 8;
-    /// Buffers put in quarantine (a claim superseded or released mid-write).
-    pub const QUARANTINED: usize = 9;
-    /// Quarantined buffers freed by their own (stale) writer.
-    pub const QUARANTINE_FREED: usize = 10;
-    /// Quarantined buffers freed because the OS proved their writer's process gone.
-    pub const QUARANTINE_REAPED: usize = 11;
-    /// Writes refused because every buffer was published, staged or in quarantine.
-    pub const NO_BUFFER: usize = 12;
-    /// Number of counters in use.
-    pub const COUNT: usize = 13;
-    /// Names of the counters, by index.
-    pub const NAMES: [&str; COUNT] = [
-        "claim_preempt",
-        "claim_stale",
-        "claim_dead_owner",
-        "torn_inherited",
-        "stale_op_rejected",
-        "blocked_waits",
-        "blocked_ns",
-        "timeouts",
-        "torn_restored",
-        "quarantined",
-        "quarantine_freed",
-        "quarantine_reaped",
-        "no_buffer",
-    ];
+crate::macros::counters! {
+    /// Indices into `LeaseState::counters` (cumulative, slow paths only).
+    pub mod counter {
+        /// Claims that preempted a live higher-pid holder.
+        CLAIM_PREEMPT = claim_preempt,
+        /// Claims that took over a stale heartbeat.
+        CLAIM_STALE = claim_stale,
+        /// Claims that took over a holder the OS proved dead.
+        CLAIM_DEAD = claim_dead_owner,
+        /// Claims that inherited an interrupted write.
+        TORN_INHERITED = torn_inherited,
+        /// Writes/beats/releases refused because the caller's claim was superseded.
+        STALE_OP_REJECTED = stale_op_rejected,
+        /// Blocking acquires that had to sleep.
+        BLOCKED_WAITS = blocked_waits,
+        /// Total nanoseconds spent in blocked acquires.
+        BLOCKED_NS = blocked_ns,
+        /// Blocking acquires that timed out.
+        TIMEOUTS = timeouts,
+        /// Torn-payload flags cleared by a successful write of the new holder.
+        TORN_RESTORED = torn_restored,
+        /// Buffers put in quarantine (a claim superseded or released mid-write).
+        QUARANTINED = quarantined,
+        /// Quarantined buffers freed by their own (stale) writer.
+        QUARANTINE_FREED = quarantine_freed,
+        /// Quarantined buffers freed because the OS proved their writer's process gone.
+        QUARANTINE_REAPED = quarantine_reaped,
+        /// Writes refused because every buffer was published, staged or in quarantine.
+        NO_BUFFER = no_buffer,
+    }
+    /// A snapshot of a lease's cumulative event counters
+    /// ([`OwnerLease::stats`](crate::OwnerLease::stats)), field by field as in
+    /// [`lease::counter`](crate::lease::counter).
+    pub struct LeaseStats;
 }
 
 cxc_mmf::atomic_layout! {

@@ -241,6 +241,22 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.map.path()
     }
 
+    /// The file's cumulative event counters as a typed snapshot (field by field as in
+    /// [`lease::counter`](crate::lease::counter); Relaxed loads, one at a time).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let lease = cxc_sync::OwnerLease::create(dir.path().join("l"), 0u64).unwrap();
+    /// let claim = lease.try_claim(1, 3).expect("vacant");
+    /// assert!(lease.release_claim(&claim));
+    /// // A superseded claim's write is refused, and counted.
+    /// assert!(!lease.write_claimed(&claim, 7));
+    /// assert_eq!(lease.stats().stale_op_rejected, 1);
+    /// ```
+    pub fn stats(&self) -> crate::LeaseStats {
+        crate::LeaseStats::read(&self.state().counters)
+    }
+
     /// A diagnostic snapshot (fields are read one by one, not as one atomic unit).
     pub fn status(&self) -> LeaseStatus {
         let st = self.state();
