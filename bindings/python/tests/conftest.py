@@ -26,15 +26,15 @@ def _example(name, env_var):
     if exe:
         return exe
     target = _target_dir()
-    exe = target / "release" / "examples" / name
-    if not exe.exists():
-        subprocess.run(
-            ["cargo", "build", "--release", "--example", name,
-             "--manifest-path", str(CRATE / "Cargo.toml"), "--target-dir", str(target)],
-            check=True,
-            env={**os.environ, "PYO3_PYTHON": sys.executable},
-        )
-    return str(exe)
+    # Always through cargo (a no-op when up to date): a binary left by an older build
+    # would speak an older file format.
+    subprocess.run(
+        ["cargo", "build", "--release", "--example", name,
+         "--manifest-path", str(CRATE / "Cargo.toml"), "--target-dir", str(target)],
+        check=True,
+        env={**os.environ, "PYO3_PYTHON": sys.executable},
+    )
+    return str(target / "release" / "examples" / name)
 
 
 @pytest.fixture(scope="session")
