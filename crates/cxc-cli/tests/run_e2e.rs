@@ -65,13 +65,21 @@ fn args<'a>(prefix: &[&'a str], s: &'a str) -> Vec<&'a str> {
 }
 
 /// Holder after holder is sent `sig` while the next job waits; the jobs never overlap.
+/// A job is signalled only once it logged `ready` (after forking its `sleep`): a signal
+/// forwarded to the group before the fork would leave that `sleep` running, and the claim
+/// rightly held, for its 30 s.
 fn kill_rounds(prefix: &[&str], log: &Path, sig: Signal, rounds: usize) {
-    let s0 = script(log, 0, "sleep 30 & wait");
-    let mut holder = Job::start(&args(prefix, &s0));
-    assert!(logged(log, "start", 0, Duration::from_secs(10)).is_some());
+    let job = |i: usize| {
+        let ready = format!(
+            "sleep 30 & echo ready {i} $(date +%s%N) >> {}; wait",
+            p(log)
+        );
+        Job::start(&args(prefix, &script(log, i, &ready)))
+    };
+    let mut holder = job(0);
+    assert!(logged(log, "ready", 0, Duration::from_secs(10)).is_some());
     for i in 1..=rounds {
-        let si = script(log, i, "sleep 30 & wait");
-        let next = Job::start(&args(prefix, &si));
+        let next = job(i);
         std::thread::sleep(Duration::from_millis(20));
         holder.signal(sig);
         assert!(
@@ -79,7 +87,7 @@ fn kill_rounds(prefix: &[&str], log: &Path, sig: Signal, rounds: usize) {
             "round {i}: wrapper did not exit"
         );
         assert!(
-            logged(log, "start", i, Duration::from_secs(10)).is_some(),
+            logged(log, "ready", i, Duration::from_secs(10)).is_some(),
             "round {i}: next job never started"
         );
         holder = next;
