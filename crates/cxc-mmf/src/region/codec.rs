@@ -45,8 +45,7 @@ impl<'a> HeaderWords<'a> {
 
     /// Checksum of the header bytes before the init-state word: FNV-1a over the fields'
     /// native bytes, in file order (padding included), taken as the 8-byte words they
-    /// fill. No allocation: it also runs in a forked child before `exec`, where another
-    /// thread may have held the allocator's lock.
+    /// fill.
     pub(super) fn checksum(self) -> u64 {
         let h = self.0;
         let u64_at = |a: &AtomicU64| a.load(Ordering::Relaxed);
