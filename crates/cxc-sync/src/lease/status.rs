@@ -206,8 +206,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         })
     }
 
-    /// Seed API: whether `my_pid`, claimed through this process, holds the lease (one
-    /// atomic load and a compare, after the first call for `my_pid`).
+    /// Seed API: whether `my_pid`, claimed through this process, holds the lease (a load of
+    /// the claim word, compared with the handle's cached `(this process, my_pid)` identity
+    /// slot, after the first call for `my_pid`).
     #[inline]
     pub fn am_i_owner(&self, my_pid: u32) -> bool {
         self.held_as(self.state().word(), my_pid)
