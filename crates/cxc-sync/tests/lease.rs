@@ -529,3 +529,108 @@ fn status_names_the_epoch_of_the_current_claim() {
     assert!(lease.try_acquire(me, 3));
     assert_eq!(cxc_sync::lease::inspect(&p).unwrap().claimed_epoch, Some(9));
 }
+
+/// As [`fresh`], without preemption: a holder keeps the lease between its calls.
+fn fresh_never() -> (tempfile::TempDir, PathBuf, OwnerLease<u64>) {
+    let d = tmp();
+    let path = d.path().join("l");
+    let opts = LeaseOptions {
+        preemption: Preemption::Never,
+        ..LeaseOptions::default()
+    };
+    let lease = OwnerLease::create_with(&path, 0, &opts).unwrap();
+    (d, path, lease)
+}
+
+/// The seed calls start from the handle's guess of the claim word (what its last
+/// operation left). A guess made stale by another handle of the same process, or by
+/// another pid, never releases, writes or claims what the caller does not hold, and a
+/// stale vacant guess still claims a vacant lease.
+#[test]
+fn stale_handle_guesses_never_act_on_a_claim_the_caller_does_not_hold() {
+    let (_d, path, a) = fresh_never();
+    let b: OwnerLease<u64> = OwnerLease::open(&path).unwrap();
+    let (me, other) = (std::process::id(), 1_000_003);
+    const GRACE: u64 = 1_000;
+
+    assert!(a.try_acquire(me, GRACE));
+    // Another handle of this process releases `me`'s claim (the seed API is per pid).
+    assert!(b.release(me));
+    assert!(!a.write_as_owner(me, 5), "a's guess names a released claim");
+    assert!(!a.release(me));
+    assert!(
+        a.with_lease(me, GRACE, |v| *v = 9).is_some(),
+        "vacant: a claims"
+    );
+    assert_eq!(b.read_as_owner(me), None, "a released it again");
+
+    // `other` holds it; a's guess is the vacant word it left.
+    assert!(b.try_acquire(other, GRACE));
+    assert!(!a.try_acquire(me, GRACE));
+    assert!(!a.release(me));
+    assert!(!a.write_as_owner(me, 7));
+    assert_eq!(
+        b.read_as_owner(other),
+        Some(9),
+        "nothing of a's was published"
+    );
+    assert!(b.release(other));
+    // a's guess is stale (other's claim and release moved the generation): it still
+    // claims the vacant lease, as a fresh load would.
+    assert!(a.try_acquire(me, GRACE));
+    assert!(a.write_as_owner(me, 11));
+    assert_eq!(b.read_as_owner(me), Some(11));
+    assert!(a.release(me));
+
+    // a's guess is a live claim of another pid (made through a itself): a call for `me`
+    // through a must not act on it.
+    assert!(a.try_acquire(other, GRACE));
+    assert!(!a.release(me), "a released other's claim for me");
+    assert!(
+        !a.write_as_owner(me, 13),
+        "a wrote under other's claim for me"
+    );
+    assert!(a.am_i_owner(other) && !a.am_i_owner(me));
+    assert_eq!(b.read_as_owner(other), Some(11));
+    assert!(a.release(other));
+}
+
+/// Threads sharing one handle (and so its guess) and threads with handles of their own,
+/// each for its own pid, increment through `with_lease` and through claim, read, write,
+/// release: exclusion holds (no increment lost or doubled) while every guess goes stale
+/// all the time.
+#[test]
+fn shared_and_separate_handles_exclude_each_other_under_stale_guesses() {
+    let (_d, path, shared) = fresh_never();
+    const ROUNDS: u64 = 2_000;
+    let done = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let (shared, path, done) = (&shared, &path, &done);
+            s.spawn(move || {
+                let own: OwnerLease<u64> = OwnerLease::open(path).unwrap();
+                let lease = if t % 2 == 0 { shared } else { &own };
+                let pid = 1_000_100 + t;
+                for i in 0..ROUNDS {
+                    let ok = if i % 2 == 0 {
+                        lease.with_lease(pid, u64::MAX / 2, |v| *v += 1).is_some()
+                    } else if lease.try_acquire(pid, u64::MAX / 2) {
+                        let v = lease.read_as_owner(pid).expect("the holder reads");
+                        assert!(lease.write_as_owner(pid, v + 1), "the holder writes");
+                        assert!(lease.release(pid), "the holder releases");
+                        true
+                    } else {
+                        false
+                    };
+                    if ok {
+                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let total = done.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(total > 0);
+    assert!(shared.try_acquire(std::process::id(), 3));
+    assert_eq!(shared.read_as_owner(std::process::id()), Some(total));
+}
