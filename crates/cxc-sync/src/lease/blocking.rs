@@ -12,6 +12,7 @@ use super::file::*;
 use super::slot::pid_word;
 use super::state::{Claimant, Granted, LeaseState, counter};
 use super::watch::DeathWatcher;
+use super::word::Word;
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
 
@@ -83,15 +84,18 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// attempts; the slow path checks holder death).
     #[inline]
     fn try_claim_without_os_check(&self, me: Claimant, grace: u64) -> Option<Granted> {
-        self.state().try_claim(
-            self.state().word(),
+        // From the handle's guess of the word (see `claim_as`).
+        let g = self.state().try_claim(
+            Word(self.hot.load(std::sync::atomic::Ordering::Relaxed)),
             self.policy(),
             me,
             grace,
             self.now(),
             |_: &LeaseState, _| Liveness::Unknown,
             false,
-        )
+        )?;
+        self.hot.store(g.word, std::sync::atomic::Ordering::Relaxed);
+        Some(g)
     }
 
     #[cold]

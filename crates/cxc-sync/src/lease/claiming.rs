@@ -32,10 +32,18 @@ impl LeaseState {
     ) -> Option<Granted> {
         // Fast path: a vacant lease whose heartbeat is already current (no write to it).
         let mut cur = guess;
-        for _ in 0..2 {
+        for attempt in 0..2 {
             match self.try_claim_vacant(cur, me, now, write) {
                 Ok(g) => return Some(g),
                 Err(Some(actual)) => cur = actual,
+                // The guess was not vacant: it may be stale (the handle's guess is the
+                // word as it last left it), so look at the word once before the slow path.
+                Err(None) if attempt == 0 && !cur.is_vacant() => {
+                    cur = self.word();
+                    if !cur.is_vacant() {
+                        break;
+                    }
+                }
                 Err(None) => break,
             }
         }
@@ -319,20 +327,23 @@ impl LeaseState {
     /// Releases the claim `id` (holder + generation bits). A stale id never touches the
     /// current claim (L3).
     #[inline]
+    #[cfg(cxc_loom)]
     pub(crate) fn release_id(&self, id: u64) -> bool {
-        self.release_from(id, self.word(), false)
+        self.release_from(id, self.word(), false).is_some()
     }
 
     /// [`release_id`](Self::release_id) starting from an already loaded claim word. A
     /// write of the same claim in flight (a sibling thread's) does not delay the release:
     /// its staging buffer goes into quarantine and its publication will fail.
     /// `by_guard`: the release is the guard's own (its single writer is not writing).
+    /// `cur` may also be a guess (the word as the caller last left it): the CAS proves it,
+    /// and a failed CAS goes on from the actual word. Returns the vacant word installed.
     #[inline]
-    pub(crate) fn release_from(&self, id: u64, mut cur: Word, by_guard: bool) -> bool {
+    pub(crate) fn release_from(&self, id: u64, mut cur: Word, by_guard: bool) -> Option<Word> {
         loop {
             if cur.id() != id || cur.is_vacant() {
                 self.bump(counter::STALE_OP_REJECTED, 1);
-                return false;
+                return None;
             }
             let mut next = cur.vacated();
             if cur.writing() || (cur.private() && !by_guard) {
@@ -341,7 +352,7 @@ impl LeaseState {
             match self.install(cur, next) {
                 Ok(()) => {
                     self.wake_waiters();
-                    return true;
+                    return Some(next);
                 }
                 Err(actual) => cur = actual,
             }

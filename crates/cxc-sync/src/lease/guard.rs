@@ -206,10 +206,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
         match self
             .state()
-            .write_private(core.id(), &to_words(value), words_for::<T>())
+            .write_private(Word(core.last.get()), &to_words(value), words_for::<T>())
         {
             Ok(next) => {
                 core.last.set(next.0);
+                self.hot.store(next.0, std::sync::atomic::Ordering::Relaxed);
                 core.torn.set(false);
                 Ok(())
             }
@@ -235,10 +236,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             // A copy in a forked child: the claim is the parent's.
             return Err(self.lost(core));
         }
-        if self.state().release_private(Word(core.last.get())) {
-            Ok(())
-        } else {
-            Err(self.lost(core))
+        match self.state().release_private(Word(core.last.get())) {
+            Some(vacated) => {
+                self.hot.store(vacated.0, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+            None => Err(self.lost(core)),
         }
     }
 }

@@ -85,10 +85,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if !self.held_as(cur, my_pid) {
             return false;
         }
-        let ok = self.state().release_from(cur.id(), cur, false);
-        if ok {
-            self.hot.store(cur.vacated().0, Ordering::Relaxed);
+        let left = self.state().release_from(cur.id(), cur, false);
+        if let Some(vacated) = left {
+            self.hot.store(vacated.0, Ordering::Relaxed);
         }
+        let ok = left.is_some();
         if self.observed.get() {
             let op = if ok {
                 OpCode::LeaseRelease
@@ -105,7 +106,21 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// child, or for a token of another process's claim from `current_claim`).
     #[inline]
     pub fn release_claim(&self, claim: &LeaseClaim) -> bool {
-        let ok = claim.proc == my_proc() && self.state().release_id(claim.id);
+        let ok = claim.proc == my_proc() && {
+            // From the handle's guess when it names this claim (the CAS proves it).
+            let st = self.state();
+            let guess = Word(self.hot.load(Ordering::Relaxed));
+            let from = if guess.id() == claim.id && !guess.is_vacant() {
+                guess
+            } else {
+                st.word()
+            };
+            let left = st.release_from(claim.id, from, false);
+            if let Some(vacated) = left {
+                self.hot.store(vacated.0, Ordering::Relaxed);
+            }
+            left.is_some()
+        };
         self.note(
             if ok {
                 OpCode::LeaseRelease
@@ -220,9 +235,25 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if claim.proc != my_proc() {
             return false;
         }
-        let r = self
-            .state()
-            .write_if(&to_words(&value), words_for::<T>(), |w| w.id() == claim.id);
+        let st = self.state();
+        // Fast path from the handle's guess when it names this claim with a staging buffer
+        // and no write in flight: the WRITE CAS proves the word was the guess.
+        let guess = Word(self.hot.load(Ordering::Relaxed));
+        if guess.id() == claim.id
+            && !guess.is_vacant()
+            && !guess.may_be_writing()
+            && guess.stage().is_some()
+            && let Some(word) = st.start_write_exact(guess)
+        {
+            st.fill(word, &to_words(&value), words_for::<T>());
+            if let Some(left) = st.publish_word(word, false) {
+                self.hot.store(left.0, Ordering::Relaxed);
+                return true;
+            }
+            self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
+            return false;
+        }
+        let r = st.write_if(&to_words(&value), words_for::<T>(), |w| w.id() == claim.id);
         if r == Err(WriteRefused::Lost) {
             self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
         }

@@ -73,8 +73,28 @@ impl LeaseState {
 
     /// A guard's write: fill the claim's staging buffer with plain stores and publish with
     /// one CAS (no WRITE: a guard's claim is PRIVATE, so whoever supersedes or releases it
-    /// quarantines its staging buffer). The caller is the claim's only writer.
+    /// quarantines its staging buffer). The caller is the claim's only writer, and `last`
+    /// is the word it last installed or saw as current: while the claim is current its
+    /// staging buffer is the one `last` names (only this writer gives it one), so the
+    /// write goes from `last` without loading the word; the publishing CAS proves the
+    /// claim current (a change of the quarantine bits alone is retried, see `end_write`).
+    #[inline]
     pub(crate) fn write_private(
+        &self,
+        last: Word,
+        words: &[u64; PAYLOAD_WORDS],
+        n: usize,
+    ) -> Result<Word, WriteRefused> {
+        if !last.is_vacant() && last.stage().is_some() {
+            self.fill(last, words, n);
+            return self.publish_word(last, false).ok_or(WriteRefused::Lost);
+        }
+        self.write_private_staged(last.id(), words, n)
+    }
+
+    /// [`write_private`](Self::write_private) for a claim that has no staging buffer yet.
+    #[cold]
+    fn write_private_staged(
         &self,
         id: u64,
         words: &[u64; PAYLOAD_WORDS],
@@ -129,10 +149,12 @@ impl LeaseState {
     /// A guard gives up its claim `last` (the claim word it last installed or saw as
     /// current): release it if still current; if it was superseded meanwhile, free the
     /// quarantine of its staging buffer (the guard is not writing). Returns whether the
-    /// claim was still current.
-    pub(crate) fn release_private(&self, last: Word) -> bool {
-        if self.release_from(last.id(), self.word(), true) {
-            return true;
+    /// claim was still current, as the vacant word installed. `last` is also the guess the
+    /// release's CAS starts from.
+    #[inline]
+    pub(crate) fn release_private(&self, last: Word) -> Option<Word> {
+        if let Some(vacated) = self.release_from(last.id(), last, true) {
+            return Some(vacated);
         }
         let cur = self.word();
         if cur.id() != last.id() {
@@ -140,7 +162,7 @@ impl LeaseState {
             // superseded is the last one we knew (our publications keep `last` current).
             self.free_own_quarantine(last);
         }
-        false
+        None
     }
 
     /// Sets WRITE on the current claim if it satisfies `accept` (waiting boundedly for a

@@ -5,7 +5,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::super::state::{Claimant, LeaseState};
-use super::super::word::Word;
+use super::super::word::{BufferFields, Word};
 use super::{NEVER, holder, on, unknown, words};
 use crate::primitive::Ordering;
 
@@ -69,5 +69,64 @@ fn loom_claim_and_release_from_a_guess() {
         // The last publication is the value read back.
         let v = s.read_published_consistent();
         assert!(v[0] == 10 || v[0] == 20, "read {v:?}");
+    });
+}
+
+/// A guard's write and release go from the word it last installed (no load): pid 20
+/// holds a private claim and writes 7, then releases, each from its last word, while
+/// pid 30 claims (superseding 20 as stale, or after its release), reads and writes 100.
+/// A write of 20 published before 30's claim is what 30 reads; one that was not is never
+/// read, its publication fails, and its staging buffer leaves quarantine once 20 is done.
+#[test]
+fn loom_guard_writes_and_releases_from_its_last_word() {
+    loom::model(|| {
+        let s = Arc::new(LeaseState::new());
+        let now = s.epoch.load(Ordering::Acquire);
+        let guard = Claimant {
+            holder: holder(&s, 20),
+            pid: 20,
+            private: true,
+        };
+        let _ = holder(&s, 30);
+        let g = s
+            .try_claim(s.word(), NEVER, guard, 0, now, unknown, false)
+            .expect("vacant");
+        let last = Word(g.word);
+        let a = on(s.clone(), move |s| {
+            let wrote = s.write_private(last, &words(7), 1);
+            let released = s.release_private(wrote.unwrap_or(last));
+            (wrote.is_ok(), released.is_some())
+        });
+        let b = on(s.clone(), move |s| {
+            s.epoch.store(5, Ordering::Release);
+            let me = Claimant {
+                holder: holder(s, 30),
+                pid: 30,
+                private: false,
+            };
+            // A try: it may give up while 20's CASes change the word under it.
+            let g = s.try_claim(s.word(), NEVER, me, 0, 5, unknown, false)?;
+            let id = Word(g.word).id();
+            let before = s.read_if(1, |w| w.id() == id).expect("held")[0];
+            let wrote = s.write_if(&words(100), 1, |w| w.id() == id);
+            Some((before, wrote))
+        });
+        let (wrote, released) = a.join().unwrap();
+        let Some((before, wrote100)) = b.join().unwrap() else {
+            // 30 gave up: 20's write and release stand alone.
+            assert!(wrote && released, "20 alone failed");
+            assert!(s.word().is_vacant());
+            assert_eq!(s.read_published_consistent()[0], 7);
+            return;
+        };
+        assert_eq!(
+            before,
+            if wrote { 7 } else { 0 },
+            "30 read a value that was not published before its claim"
+        );
+        assert!(!released || wrote, "20 released but its write failed");
+        assert!(wrote100.is_ok(), "a fresh holder with free buffers writes");
+        assert_eq!(s.read_published_consistent()[0], 100);
+        assert_eq!(s.word().quarantine(), 0, "a buffer stayed in quarantine");
     });
 }
