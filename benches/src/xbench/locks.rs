@@ -243,6 +243,14 @@ impl Locks {
         self.unlock(0);
     }
 
+    /// The throughput workload through a guard of lease 0: `lock()` (blocking), `read()`,
+    /// `write()` of the value + 1, drop (release). Both are fenced by the guard's claim.
+    pub(crate) fn guard_increment(&mut self) {
+        let guard = self.leases[0].lock();
+        let v = guard.read().expect("read as holder");
+        guard.write(v + 1).expect("lease lost");
+    }
+
     /// The throughput workload as one `with_lease` call on lease 0; when the lease is held
     /// by the other process, one blocking round of `locked_increment` instead (so a loser
     /// sleeps rather than spins).

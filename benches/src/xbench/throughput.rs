@@ -9,15 +9,37 @@ use crate::clock::now_ns;
 use crate::shm::flag;
 use crate::stats::summarize;
 
-/// The variants measured: row name, lock kind, and for the lease whether the operation
-/// is one `with_lease` call (falling back to a blocking acquire when the lease is held)
-/// instead of `acquire` + `read_claimed` + `write_claimed` + `release_claim`.
-const VARIANTS: [(&str, LockKind, bool); 5] = [
-    ("lease", LockKind::Lease, false),
-    ("lease_with_lease", LockKind::Lease, true),
-    ("futex_mutex", LockKind::FutexMutex, false),
-    ("robust_pthread", LockKind::Robust, false),
-    ("flock", LockKind::Flock, false),
+/// How a lease process does one operation.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// `acquire` + `read_claimed` + `write_claimed` + `release_claim` (the others: lock,
+    /// read, write, unlock).
+    Lock,
+    /// A guard: `lock()`, `read()`, `write()`, drop.
+    Guard,
+    /// One `with_lease` call, falling back to a blocking round of `Lock` when the lease is
+    /// held.
+    WithLease,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Lock => "lock",
+            Mode::Guard => "guard",
+            Mode::WithLease => "with_lease",
+        }
+    }
+}
+
+/// The variants measured: row name, lock kind, and how a lease process operates.
+const VARIANTS: [(&str, LockKind, Mode); 6] = [
+    ("lease", LockKind::Lease, Mode::Lock),
+    ("lease_guard", LockKind::Lease, Mode::Guard),
+    ("lease_with_lease", LockKind::Lease, Mode::WithLease),
+    ("futex_mutex", LockKind::FutexMutex, Mode::Lock),
+    ("robust_pthread", LockKind::Robust, Mode::Lock),
+    ("flock", LockKind::Flock, Mode::Lock),
 ];
 
 /// Parent side: every variant, trials interleaved.
@@ -28,8 +50,8 @@ pub(crate) fn run(cfg: &Config) {
         .collect();
     let mut rates = vec![Vec::new(); variants.len()];
     for _ in 0..cfg.tput_trials {
-        for ((_, kind, with), r) in variants.iter().zip(rates.iter_mut()) {
-            r.push(trial(*kind, *with, cfg));
+        for ((_, kind, mode), r) in variants.iter().zip(rates.iter_mut()) {
+            r.push(trial(*kind, *mode, cfg));
         }
     }
     for ((name, _, _), r) in variants.iter().zip(&rates) {
@@ -37,11 +59,11 @@ pub(crate) fn run(cfg: &Config) {
     }
 }
 
-fn trial(kind: LockKind, with_lease: bool, cfg: &Config) -> f64 {
+fn trial(kind: LockKind, mode: Mode, cfg: &Config) -> f64 {
     let dir = scratch();
     let locks = Locks::create(kind, dir.path(), 1);
     let dir_s = dir.path().to_str().expect("utf-8 temp path");
-    let mode = if with_lease { "with_lease" } else { "lock" };
+    let mode = mode.name();
     let children = [
         spawn("tput", &[kind.name(), dir_s, mode]),
         spawn("tput", &[kind.name(), dir_s, mode]),
@@ -71,11 +93,16 @@ fn trial(kind: LockKind, with_lease: bool, cfg: &Config) -> f64 {
     total as f64 / ((t1 - t0) as f64 / 1e9)
 }
 
-/// Child: `<kind> <dir> <lock|with_lease>`; prints the number of operations it completed.
+/// Child: `<kind> <dir> <lock|guard|with_lease>`; prints the number of operations it
+/// completed.
 pub(crate) fn role(args: &[String]) {
     let kind: LockKind = arg(args, 0);
     let dir = arg_path(args, 1);
-    let with_lease = args.get(2).is_some_and(|m| m == "with_lease");
+    let mode = match args.get(2).map(String::as_str) {
+        Some("with_lease") => Mode::WithLease,
+        Some("guard") => Mode::Guard,
+        _ => Mode::Lock,
+    };
     let mut locks = Locks::open(kind, &dir, 1);
     locks
         .page()
@@ -86,10 +113,10 @@ pub(crate) fn role(args: &[String]) {
     }
     let mut n = 0u64;
     while locks.page().flag(flag::STOP).load(Ordering::Relaxed) == 0 {
-        if with_lease {
-            locks.with_lease_increment();
-        } else {
-            locks.locked_increment();
+        match mode {
+            Mode::Lock => locks.locked_increment(),
+            Mode::Guard => locks.guard_increment(),
+            Mode::WithLease => locks.with_lease_increment(),
         }
         n += 1;
     }
