@@ -76,6 +76,7 @@ trait Holds<T> {
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    #[inline]
     fn guard_claimant(&self) -> Option<Claimant> {
         let pid = match self.guard.pid {
             0 => cxc_mmf::identity::current_pid(),
@@ -89,6 +90,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         })
     }
 
+    #[inline]
     fn core_for(&self, g: Granted) -> Core {
         Core {
             last: Cell::new(g.word),
@@ -99,6 +101,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
     }
 
+    #[inline]
     fn try_core(&self) -> Option<Core> {
         let me = self.guard_claimant()?;
         let g = self.claim_as(me, self.guard.grace, false)?;
@@ -106,11 +109,19 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     /// Blocks up to `timeout` (`None`: forever).
+    #[inline]
     fn lock_core(&self, timeout: Option<Duration>) -> Option<Core> {
         // Uncontended: one attempt, no clock read beyond the epoch's.
         if let Some(core) = self.try_core() {
             return Some(core);
         }
+        self.lock_core_blocking(timeout)
+    }
+
+    /// [`lock_core`](Self::lock_core) once the first attempt failed.
+    #[cold]
+    #[inline(never)]
+    fn lock_core_blocking(&self, timeout: Option<Duration>) -> Option<Core> {
         let pid = match self.guard.pid {
             0 => my_proc(),
             p => p,
@@ -178,6 +189,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn lost(&self, core: &Core) -> GuardError {
         let st = self.state();
         let w = st.word();
@@ -185,6 +198,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         GuardError::Lost { successor }
     }
 
+    #[inline]
     fn g_read(&self, core: &Core) -> Result<T, GuardError> {
         if core.proc != my_proc() {
             return Err(self.lost(core));
@@ -200,6 +214,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         from_words(&words).ok_or_else(|| self.lost(core))
     }
 
+    #[inline]
     fn g_write(&self, core: &Core, value: &T) -> Result<(), GuardError> {
         if core.proc != my_proc() {
             return Err(self.lost(core));
@@ -219,6 +234,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
     }
 
+    #[inline]
     fn g_beat(&self, core: &Core) -> Result<(), GuardError> {
         let id = core.id();
         if core.proc == my_proc() && self.state().beat_if(self.now(), |w| w.id() == id) {
@@ -228,6 +244,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
     }
 
+    #[inline]
     fn g_release(&self, core: &Core) -> Result<(), GuardError> {
         if core.done.replace(true) {
             return Ok(());
