@@ -305,14 +305,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.cache[0].load(std::sync::atomic::Ordering::Acquire) == want
     }
 
-    /// The identity-table holder value this process uses for `pid`, from the handle's
-    /// cache. `None` on a miss (another pid, never registered, or a forked child).
+    /// The identity-table holder value this process (`proc`, its pid) uses for `pid`, from
+    /// the handle's cache. `None` on a miss (another pid, never registered, or a forked
+    /// child).
     #[inline]
-    fn cached_holder(&self, pid: u64) -> Option<u8> {
+    fn cached_holder_in(&self, proc: u32, pid: u64) -> Option<u8> {
         // One word: `process pid << 41 | pid word << 8 | holder`. Keyed by this process's
         // pid (cached in a wipe-on-fork page, no system call): a forked child has another
         // pid, so it misses and registers its own slot. Linux pids fit in 22 bits.
-        let me = u64::from(cxc_mmf::identity::current_pid());
+        let me = u64::from(proc);
         let want = me << 41 | (pid & PID_WORD_MASK) << 8;
         // The first entry is the hot one (a handle used for one pid); the rest are
         // looked at only on a miss.
@@ -342,10 +343,17 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// As [`holder`](Self::holder) for a slot pid word (a pid, or a guard's slot).
     #[inline]
     pub(super) fn holder_as(&self, pid: u64, register: bool) -> Option<u8> {
+        self.holder_as_in(cxc_mmf::identity::current_pid(), pid, register)
+    }
+
+    /// [`holder_as`](Self::holder_as) for a caller that already has this process's pid,
+    /// `proc`.
+    #[inline]
+    pub(super) fn holder_as_in(&self, proc: u32, pid: u64, register: bool) -> Option<u8> {
         if pid as u32 == 0 {
             return None;
         }
-        self.cached_holder(pid)
+        self.cached_holder_in(proc, pid)
             .or_else(|| self.holder_slow(pid, register))
     }
 

@@ -76,13 +76,14 @@ trait Holds<T> {
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
+    /// The claimant a guard of this handle claims as; `proc` is this process's pid.
     #[inline]
-    fn guard_claimant(&self) -> Option<Claimant> {
+    fn guard_claimant(&self, proc: u32) -> Option<Claimant> {
         let pid = match self.guard.pid {
-            0 => cxc_mmf::identity::current_pid(),
+            0 => proc,
             p => p,
         };
-        let holder = self.holder_as(pid_word(pid, true), true)?;
+        let holder = self.holder_as_in(proc, pid_word(pid, true), true)?;
         Some(Claimant {
             holder,
             pid,
@@ -90,22 +91,24 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         })
     }
 
+    /// The guard state of the claim `g`, made by this process (`proc`).
     #[inline]
-    fn core_for(&self, g: Granted) -> Core {
+    fn core_for(&self, g: Granted, proc: u32) -> Core {
         Core {
             last: Cell::new(g.word),
             generation: self.state().full_generation(g.word),
             torn: Cell::new(g.torn),
             done: Cell::new(false),
-            proc: my_proc(),
+            proc,
         }
     }
 
     #[inline]
     fn try_core(&self) -> Option<Core> {
-        let me = self.guard_claimant()?;
+        let proc = my_proc();
+        let me = self.guard_claimant(proc)?;
         let g = self.claim_as(me, self.guard.grace, false)?;
-        Some(self.core_for(g))
+        Some(self.core_for(g, proc))
     }
 
     /// Blocks up to `timeout` (`None`: forever).
@@ -122,8 +125,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[cold]
     #[inline(never)]
     fn lock_core_blocking(&self, timeout: Option<Duration>) -> Option<Core> {
+        let proc = my_proc();
         let pid = match self.guard.pid {
-            0 => my_proc(),
+            0 => proc,
             p => p,
         };
         let started = Instant::now();
@@ -136,7 +140,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         };
         let left = t.saturating_sub(started.elapsed());
         let g = self.acquire_as(me, self.guard.grace, left)?;
-        Some(self.core_for(g))
+        Some(self.core_for(g, proc))
     }
 
     /// Claims the lease if it is free (or its holder is dead, or stale by more than the
