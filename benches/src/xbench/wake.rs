@@ -19,16 +19,20 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::locks::{LockKind, Locks};
-use super::{Config, arg, arg_path, finish, page_in, row_ns, scratch, spawn, wait_flag, wanted};
+use super::{
+    Config, arg, arg_path, finish, note, page_in, row_ns, scratch, spawn, wait_flag, wanted,
+};
 use crate::baseline::{futex_wait, futex_wake};
 use crate::clock::now_ns;
 use crate::shm::{SharedPage, flag};
 
+/// The lease's default spin budget (`DEFAULT_SPIN` of cxc-sync's parking module): how long
+/// a blocked `acquire` spins before it sleeps in the kernel.
+const LEASE_SPIN: Duration = Duration::from_micros(30);
 /// How long the parent waits after first seeing the waiter asleep before it releases:
-/// 2 ms beyond the lease's default spin budget (30 µs, `DEFAULT_SPIN` of cxc-sync's
-/// parking module), so every implementation's waiter is asleep in the kernel, not
-/// spinning.
-pub(crate) const MARGIN: Duration = Duration::from_micros(2_030);
+/// 2 ms beyond the lease's spin budget, so every implementation's waiter is asleep in the
+/// kernel, not spinning.
+const MARGIN: Duration = LEASE_SPIN.saturating_add(Duration::from_millis(2));
 
 /// Batches the samples are split into; the implementations take turns batch by batch
 /// (a fresh waiter process per batch), so a burst of load on the shared machine hits all
@@ -56,6 +60,14 @@ fn impl_name(i: Impl) -> &'static str {
 
 /// Parent side: every implementation, batches interleaved.
 pub(crate) fn run(cfg: &Config) {
+    note(
+        "wake_margin",
+        &format!(
+            "{:.2} ms (2 ms beyond the lease's default spin budget of {} µs)",
+            MARGIN.as_secs_f64() * 1e3,
+            LEASE_SPIN.as_micros()
+        ),
+    );
     let impls: Vec<Impl> = [
         Some(LockKind::Lease),
         Some(LockKind::Robust),
