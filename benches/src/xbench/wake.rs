@@ -2,12 +2,13 @@
 //!
 //! The parent holds the lock; a child process (the waiter) publishes its thread id and
 //! round number in the shared page, then blocks in its lock call. The parent polls
-//! `/proc/<pid>/task/<tid>/stat` until the waiter's state is `S` (asleep), waits
-//! [`MARGIN`] more (far beyond the lease's spin phase, so a lease waiter has stopped
-//! spinning and is parked on its futex), checks `S` again, takes a `CLOCK_MONOTONIC`
-//! timestamp and releases. The waiter takes a timestamp the moment its lock call returns
-//! and publishes it; the sample is the waiter's timestamp minus the parent's. Then the
-//! waiter releases, the parent locks again and the next round starts.
+//! `/proc/<pid>/task/<tid>/stat` until the waiter thread's state is `S` (asleep; every
+//! other thread of the waiter process too), waits [`MARGIN`] more (far beyond the lease's
+//! spin phase, so a lease waiter has stopped spinning and is parked on its futex), checks
+//! again, takes a `CLOCK_MONOTONIC` timestamp and releases. The waiter takes a timestamp
+//! the moment its lock call returns and publishes it; the sample is the waiter's timestamp
+//! minus the parent's. Then the waiter releases, the parent locks again and the next round
+//! starts.
 //!
 //! - `lease`: the waiter blocks in `OwnerLease::acquire`; the parent releases with
 //!   `release_claim` (as the handoff case does);
@@ -37,7 +38,7 @@ const MARGIN: Duration = LEASE_SPIN.saturating_add(Duration::from_millis(2));
 /// Batches the samples are split into; the implementations take turns batch by batch
 /// (a fresh waiter process per batch), so a burst of load on the shared machine hits all
 /// of them alike.
-const BATCHES: usize = 5;
+const BATCHES: usize = 10;
 
 /// Flags of the shared page this case uses (beyond [`flag::PING`], the raw futex word).
 /// The parent stores the round number: the lock is held again, the waiter may block.
@@ -158,22 +159,34 @@ fn batch(imp: Impl, rounds: usize) -> Vec<f64> {
     samples
 }
 
-/// Polls `/proc/<pid>/task/<tid>/stat` until the thread's state is `S` (interruptible
-/// sleep); panics after 20 s.
+/// Polls `/proc/<pid>/task/<tid>/stat` until the waiter thread's state is `S`
+/// (interruptible sleep), and every other thread of the waiter process too (so a helper
+/// thread the lock call started is not still starting up); panics after 20 s.
 fn wait_asleep(pid: u32, tid: u32) {
-    let path = format!("/proc/{pid}/task/{tid}/stat");
     let start = Instant::now();
-    loop {
-        let stat = std::fs::read_to_string(&path).expect("read the waiter's stat");
-        if thread_state(&stat) == Some('S') {
-            return;
-        }
+    while !(task_asleep(pid, tid) && all_tasks_asleep(pid)) {
         assert!(
             start.elapsed() < Duration::from_secs(20),
-            "the waiter never fell asleep ({path}: {stat})"
+            "the waiter (pid {pid}, thread {tid}) never fell asleep"
         );
         std::thread::sleep(Duration::from_micros(20));
     }
+}
+
+/// Whether thread `tid` of process `pid` is in state `S` (`false` if it cannot be read).
+fn task_asleep(pid: u32, tid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+        .is_ok_and(|stat| thread_state(&stat) == Some('S'))
+}
+
+/// Whether every thread of process `pid` is in state `S`.
+fn all_tasks_asleep(pid: u32) -> bool {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("list the waiter's threads");
+    tasks.into_iter().all(|t| {
+        t.ok()
+            .and_then(|t| t.file_name().to_str()?.parse().ok())
+            .is_some_and(|tid| task_asleep(pid, tid))
+    })
 }
 
 /// The state field of a `/proc/.../stat` line (after the parenthesised command name,

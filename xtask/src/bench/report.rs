@@ -434,8 +434,8 @@ fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         md,
         "A waiter process blocks in its lock call on a lock the other process holds. The \
          holder reads the waiter thread's state from `/proc/<pid>/task/<tid>/stat` until it \
-         is `S` (asleep in the kernel), waits a further {margin}, so that no waiter is still \
-         spinning, checks `S` again, takes a `CLOCK_MONOTONIC` timestamp and releases; the \
+         is `S` (asleep in the kernel), and every other thread of the waiter process too, \
+         waits a further {margin}, so that no waiter is still spinning, checks again, takes a `CLOCK_MONOTONIC` timestamp and releases; the \
          latency is from that timestamp to the waiter's timestamp taken the moment its lock \
          call returns. One sample per round (then the waiter releases and the holder locks \
          again); each waiter process's first round is a warm-up and not counted, and the \
