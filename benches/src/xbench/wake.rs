@@ -37,8 +37,11 @@ const MARGIN: Duration = LEASE_SPIN.saturating_add(Duration::from_millis(2));
 
 /// Batches the samples are split into; the implementations take turns batch by batch
 /// (a fresh waiter process per batch), so a burst of load on the shared machine hits all
-/// of them alike.
-const BATCHES: usize = 10;
+/// of them alike. Many short batches, because a waiter process tends to keep the CPU
+/// placement it starts with (woken on the holder's CPU, a few µs; on the other, idle
+/// CPU, tens of µs on the machine we measured): with 5 batches the floor's median moved
+/// between the two from run to run, with 40 each implementation meets both alike.
+const BATCHES: usize = 40;
 
 /// Flags of the shared page this case uses (beyond [`flag::PING`], the raw futex word).
 /// The parent stores the round number: the lock is held again, the waiter may block.
@@ -80,6 +83,10 @@ pub(crate) fn run(cfg: &Config) {
     .collect();
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); impls.len()];
     let per = cfg.wake_iters.div_ceil(BATCHES);
+    note(
+        "wake_batches",
+        &format!("{BATCHES} batches of {per} rounds (plus a warm-up round each)"),
+    );
     for _ in 0..BATCHES {
         for (i, s) in impls.iter().zip(samples.iter_mut()) {
             s.extend(batch(*i, per));

@@ -430,6 +430,10 @@ fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         .notes
         .get("wake_margin")
         .map_or("fixed time".to_string(), |m| m.clone());
+    let batches = data
+        .notes
+        .get("wake_batches")
+        .map_or(String::new(), |b| format!(": {b}"));
     let _ = writeln!(
         md,
         "A waiter process blocks in its lock call on a lock the other process holds. The \
@@ -438,8 +442,8 @@ fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
          waits a further {margin}, so that no waiter is still spinning, checks again, takes a `CLOCK_MONOTONIC` timestamp and releases; the \
          latency is from that timestamp to the waiter's timestamp taken the moment its lock \
          call returns. One sample per round (then the waiter releases and the holder locks \
-         again); each waiter process's first round is a warm-up and not counted, and the \
-         implementations take turns batch by batch. The lease's waiter blocks in \
+         again). The implementations take turns batch by batch, a fresh waiter process per \
+         batch{batches}; each process's first round is a warm-up and not counted. The lease's waiter blocks in \
          `OwnerLease::acquire` and the holder releases with `release_claim`; the raw futex \
          (the floor) is a shared word the waiter `FUTEX_WAIT`s on while it is 0, the holder \
          stores 1 and `FUTEX_WAKE`s one.\n"
@@ -1061,9 +1065,12 @@ mod tests {
         }
         data.notes
             .insert("wake_margin".into(), "2.03 ms (test)".into());
+        data.notes
+            .insert("wake_batches".into(), "4 batches of 100 rounds".into());
         let md = render(&data, &machine()).markdown;
         assert!(md.contains("### Wake latency of a sleeping waiter"));
         assert!(md.contains("waits a further 2.03 ms (test), so"));
+        assert!(md.contains("a fresh waiter process per batch: 4 batches of 100 rounds;"));
         assert!(md.contains(
             "| OwnerLease (blocking acquire) | 13.00 µs | 40.00 µs | 1.30 | ≤ 1.3 | met | 400 |"
         ));
