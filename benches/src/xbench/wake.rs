@@ -85,7 +85,7 @@ pub(crate) fn run(cfg: &Config) {
     let per = cfg.wake_iters.div_ceil(BATCHES);
     note(
         "wake_batches",
-        &format!("{BATCHES} batches of {per} rounds (plus a warm-up round each)"),
+        &format!("{BATCHES} batches of {per} rounds"),
     );
     for _ in 0..BATCHES {
         for (i, s) in impls.iter().zip(samples.iter_mut()) {
