@@ -167,7 +167,7 @@ fn batch(imp: Impl, rounds: usize) -> Vec<f64> {
 }
 
 /// Polls `/proc/<pid>/task/<tid>/stat` until the waiter thread's state is `S`
-/// (interruptible sleep), and every other thread of the waiter process too (so a helper
+/// (interruptible sleep), and every other thread of the waiter process too (so a
 /// thread the lock call started is not still starting up); panics after 20 s.
 fn wait_asleep(pid: u32, tid: u32) {
     let start = Instant::now();
