@@ -15,6 +15,7 @@ mod rwlock;
 mod semaphore;
 mod sidecar;
 mod throughput;
+mod wake;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +41,8 @@ pub struct Config {
     pub cpu_trials: usize,
     /// How long the waiter stays blocked in a CPU trial.
     pub cpu_block: Duration,
+    /// Samples per wake-latency measurement.
+    pub wake_iters: usize,
 }
 
 impl Config {
@@ -52,6 +55,7 @@ impl Config {
             failover_trials: 40,
             cpu_trials: 3,
             cpu_block: Duration::from_secs(1),
+            wake_iters: 400,
         }
     }
 
@@ -64,13 +68,15 @@ impl Config {
             failover_trials: 10,
             cpu_trials: 1,
             cpu_block: Duration::from_secs(1),
+            wake_iters: 100,
         }
     }
 }
 
 /// The scenario sections, in run order.
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "handoff",
+    "wake",
     "throughput",
     "failover",
     "cpu",
@@ -83,6 +89,7 @@ pub const SECTIONS: [&str; 7] = [
 pub fn run_section(name: &str, cfg: &Config) {
     match name {
         "handoff" => handoff::run(cfg),
+        "wake" => wake::run(cfg),
         "throughput" => throughput::run(cfg),
         "failover" => failover::run(cfg),
         "cpu" => cpu::run(cfg),
@@ -99,6 +106,7 @@ pub fn run_role(args: &[String]) {
     match role.as_str() {
         "handoff-b" => handoff::role_b(rest),
         "pingpong-b" => handoff::role_pingpong(rest),
+        "wake-waiter" => wake::role_waiter(rest),
         "tput" => throughput::role(rest),
         "fo-holder" => failover::role_holder(rest),
         "fo-waiter" => failover::role_waiter(rest),

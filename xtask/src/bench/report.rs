@@ -261,6 +261,7 @@ pub(crate) fn render(data: &Data, m: &Machine) -> Report {
 
     criterion_tables(&mut body, &mut goals, data);
     handoff_table(&mut body, &mut goals, data);
+    wake_table(&mut body, &mut goals, data);
     throughput_table(&mut body, &mut goals, data);
     failover_table(&mut body, &mut goals, data);
     waiter_cpu_table(&mut body, &mut goals, data);
@@ -414,6 +415,61 @@ fn handoff_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         unit: "",
         seed: None,
         target: Target::Max(1.3),
+        ratio: true,
+    });
+}
+
+/// Wake latency of a waiter asleep in the kernel.
+fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
+    md.push_str("### Wake latency of a sleeping waiter\n\n");
+    if !data.rows.keys().any(|k| k.starts_with("wake/")) {
+        md.push_str("_Not measured in this run._\n\n");
+        return;
+    }
+    let margin = data
+        .notes
+        .get("wake_margin")
+        .map_or("fixed time".to_string(), |m| m.clone());
+    let batches = data
+        .notes
+        .get("wake_batches")
+        .map_or(String::new(), |b| format!(": {b}"));
+    let _ = writeln!(
+        md,
+        "A waiter process blocks in its lock call on a lock the other process holds. The \
+         holder reads the waiter thread's state from `/proc/<pid>/task/<tid>/stat` until it \
+         is `S` (asleep in the kernel), and every other thread of the waiter process too, \
+         waits a further {margin}, so that no waiter is still spinning, checks again, takes a `CLOCK_MONOTONIC` timestamp and releases; the \
+         latency is from that timestamp to the waiter's timestamp taken the moment its lock \
+         call returns. One sample per round (then the waiter releases and the holder locks \
+         again). The implementations take turns batch by batch, a fresh waiter process per \
+         batch{batches}; each process's first round is a warm-up and not counted. The lease's waiter blocks in \
+         `OwnerLease::acquire` and the holder releases with `release_claim`; the raw futex \
+         (the floor) is a shared word the waiter `FUTEX_WAIT`s on while it is 0, the holder \
+         stores 1 and `FUTEX_WAKE`s one.\n"
+    );
+    let kinds = [
+        ("lease", "OwnerLease (blocking acquire)"),
+        ("robust_pthread", "robust pthread mutex"),
+        ("flock", "flock"),
+        ("raw_futex", "raw futex (wait / store + wake)"),
+    ];
+    let target = Target::Max(1.3);
+    let q = div(xmed(data, "wake/lease"), xmed(data, "wake/raw_futex"));
+    xproc_latency_table(md, data, "wake", &kinds, "raw_futex", |k, q| {
+        if k == "lease" {
+            (target.show(""), met(target.met(q)).into())
+        } else {
+            ("—".into(), "—".into())
+        }
+    });
+    goals.push(Goal {
+        key: "xproc.wake".into(),
+        label: "wake latency of a sleeping waiter (cross-process) / raw futex".into(),
+        value: q,
+        unit: "",
+        seed: None,
+        target,
         ratio: true,
     });
 }
@@ -1016,6 +1072,51 @@ mod tests {
         ));
         assert!(md.contains("| SharedRwLock | 30000000 | 30000000 | 1.50 | ≥ 1 | met | 5 |"));
         assert!(md.contains("rwlock read-mostly mix / pthread rwlock"));
+    }
+
+    #[test]
+    fn renders_the_wake_latency_table_with_its_target() {
+        let mut data = no_data(false);
+        for (id, median, p99) in [
+            ("wake/lease", 13_000.0, 40_000.0),
+            ("wake/robust_pthread", 11_000.0, 30_000.0),
+            ("wake/flock", 12_000.0, 35_000.0),
+            ("wake/raw_futex", 10_000.0, 25_000.0),
+        ] {
+            data.rows.insert(
+                id.into(),
+                Row {
+                    median,
+                    p99,
+                    n: 400,
+                },
+            );
+        }
+        data.notes
+            .insert("wake_margin".into(), "2.03 ms (test)".into());
+        data.notes
+            .insert("wake_batches".into(), "4 batches of 100 rounds".into());
+        let md = render(&data, &machine()).markdown;
+        assert!(md.contains("### Wake latency of a sleeping waiter"));
+        assert!(md.contains("waits a further 2.03 ms (test), so"));
+        assert!(md.contains("a fresh waiter process per batch: 4 batches of 100 rounds;"));
+        assert!(md.contains(
+            "| OwnerLease (blocking acquire) | 13.00 µs | 40.00 µs | 1.30 | ≤ 1.3 | met | 400 |"
+        ));
+        assert!(md.contains(
+            "| raw futex (wait / store + wake) | 10.00 µs | 25.00 µs | 1.00 | — | — | 400 |"
+        ));
+        assert!(md.contains(
+            "| wake latency of a sleeping waiter (cross-process) / raw futex | 1.30 | — | ≤ 1.3 | met |"
+        ));
+        data.rows.get_mut("wake/lease").unwrap().median = 20_000.0;
+        let md = render(&data, &machine()).markdown;
+        assert!(md.contains("| 2.00 | ≤ 1.3 | **missed** | 400 |"));
+        assert!(md.contains("### wake latency of a sleeping waiter (cross-process) / raw futex (2.00 vs target ≤ 1.3)"));
+        let md = render(&no_data(false), &machine()).markdown;
+        assert!(
+            md.contains("### Wake latency of a sleeping waiter\n\n_Not measured in this run._")
+        );
     }
 
     #[test]
