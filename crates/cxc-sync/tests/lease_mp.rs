@@ -49,7 +49,8 @@ fn child_dispatch() {
         role_writer,
         role_hammer,
         role_paused,
-        role_closure
+        role_closure,
+        role_prober
     );
 }
 
@@ -329,6 +330,81 @@ fn standby_takes_over_after_sigkill_identity_path() {
     assert_eq!(claim.generation(), gen2 + 1);
     assert_eq!(lease.status().counters[counter::CLAIM_DEAD], 2);
     assert_eq!(lease.status().counters[counter::CLAIM_STALE], 0);
+}
+
+/// This process's threads named like the lease's death watchers.
+fn watcher_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == "cxc-lease-watch")
+        .count()
+}
+
+/// Child (in a process of its own, so no other test's threads are counted): on the lease
+/// that process `holder` holds, a blocked `acquire` times out (its death watcher still
+/// watching), then another one blocks until a death watcher runs, SIGKILLs the holder and
+/// takes over. Right after each handle drops, no watcher thread runs: the waiter only told
+/// its watcher to stop, and the handle joins it (without that join the timed-out wait's
+/// watcher is usually still exiting at that point).
+fn role_prober() {
+    let path = path_arg("path");
+    let holder = arg_u64("holder") as i32;
+    let me = std::process::id();
+    // A wait that times out: its watcher was still watching the live holder when the
+    // waiter told it to stop and returned.
+    let lease = OwnerLease::<u64>::open(&path).expect("open lease");
+    assert!(
+        lease
+            .acquire(me, NO_STALENESS, Duration::from_millis(50))
+            .is_none()
+    );
+    drop(lease);
+    assert_eq!(
+        watcher_threads(),
+        0,
+        "a timed-out wait's watcher outlived its handle"
+    );
+    let lease = OwnerLease::<u64>::open(&path).expect("open lease");
+    let claim = std::thread::scope(|s| {
+        let waiter = s.spawn(|| lease.acquire(me, NO_STALENESS, CHILD_PATIENCE));
+        let t = Instant::now();
+        while watcher_threads() == 0 {
+            assert!(t.elapsed() < CHILD_PATIENCE, "no death watcher started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let pid = rustix::process::Pid::from_raw(holder).expect("holder pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill holder");
+        waiter.join().expect("acquirer thread")
+    });
+    let claim = claim.expect("the blocked acquire took over from the killed holder");
+    assert!(lease.release_claim(&claim));
+    drop(lease);
+    assert_eq!(watcher_threads(), 0, "a death watcher outlived its handle");
+    report("ok=1");
+}
+
+/// A blocked `acquire` woken by its death watcher returns without joining the watcher
+/// thread; the handle joins it at the latest when it drops (the thread reads the handle's
+/// mapping, so it must not outlive it). Runs in a child process of its own.
+#[test]
+fn death_watchers_end_with_their_handle() {
+    child_dispatch();
+    let (_dir, path, lease) = new_lease::<u64>("watch.lease", 0);
+    let test = "death_watchers_end_with_their_handle";
+    let mut holder = spawn(test, "holder", &[("path", &path)]);
+    let pid = holder.pid();
+    holder.wait_while_alive("child holds the lease", PATIENCE, || {
+        lease.status().owner == Some(pid)
+    });
+    let mut prober = spawn(
+        test,
+        "prober",
+        &[("path", &path), ("holder", &pid.to_string())],
+    );
+    let line = finish_report(&mut prober, Duration::from_secs(30));
+    assert_eq!(report_field::<u32>(&line, "ok"), 1, "{line}");
+    holder.kill();
 }
 
 // ---------------------------------------------------------------------------------------

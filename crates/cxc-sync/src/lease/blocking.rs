@@ -122,87 +122,82 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
         st.bump(counter::BLOCKED_WAITS, 1);
         let mut watch = super::os::CachedWatch::default();
-        std::thread::scope(|scope| {
-            let mut watcher: Option<DeathWatcher<'_>> = None;
-            let mut naps = 0u32;
-            let result = loop {
-                st.waiters.fetch_add(1, Ordering::Relaxed);
-                // SYNC: park. Announce, then re-check with an RMW on the claim word, so
-                // either the releaser sees our flag or we see its release (`park.rs`).
-                let seq = crate::park::announce(&st.wake);
-                st.recheck();
-                // One OS check per wake-up after the first sleep (a quick handoff pays
-                // none).
-                let check_os = naps > 0;
-                let got = st.try_claim(
-                    st.word(),
-                    self.policy(),
-                    me,
-                    grace,
-                    self.now(),
-                    |s: &LeaseState, w| match s.holder_identity(w) {
-                        Some(id) if check_os => watch.liveness(&id),
-                        _ => Liveness::Unknown,
-                    },
-                    false,
-                );
-                let mut timed_out = false;
-                if got.is_none() {
-                    // A short first sleep needs no watcher thread (most handoffs end within
-                    // it); a longer wait gets one, and then sleeps long.
-                    let watched = naps > 0 && Self::ensure_watcher(scope, st, &mut watcher);
-                    let nap = if watched {
-                        WATCHED_POLL
-                    } else if naps == 0 {
-                        FIRST_NAP
-                    } else {
-                        BLOCKED_POLL
-                    };
-                    naps += 1;
-                    match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
-                        Some(Duration::ZERO) => timed_out = true,
-                        rem => {
-                            crate::park::sleep(&st.wake, seq, rem.map_or(nap, |r| r.min(nap)), None)
-                        }
+        let mut watcher: Option<DeathWatcher> = None;
+        let mut naps = 0u32;
+        let result = loop {
+            st.waiters.fetch_add(1, Ordering::Relaxed);
+            // SYNC: park. Announce, then re-check with an RMW on the claim word, so
+            // either the releaser sees our flag or we see its release (`park.rs`).
+            let seq = crate::park::announce(&st.wake);
+            st.recheck();
+            // One OS check per wake-up after the first sleep (a quick handoff pays
+            // none).
+            let check_os = naps > 0;
+            let got = st.try_claim(
+                st.word(),
+                self.policy(),
+                me,
+                grace,
+                self.now(),
+                |s: &LeaseState, w| match s.holder_identity(w) {
+                    Some(id) if check_os => watch.liveness(&id),
+                    _ => Liveness::Unknown,
+                },
+                false,
+            );
+            let mut timed_out = false;
+            if got.is_none() {
+                // A short first sleep needs no watcher thread (most handoffs end within
+                // it); a longer wait gets one, and then sleeps long.
+                let watched = naps > 0 && self.ensure_watcher(&mut watcher);
+                let nap = if watched {
+                    WATCHED_POLL
+                } else if naps == 0 {
+                    FIRST_NAP
+                } else {
+                    BLOCKED_POLL
+                };
+                naps += 1;
+                match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                    Some(Duration::ZERO) => timed_out = true,
+                    rem => {
+                        crate::park::sleep(&st.wake, seq, rem.map_or(nap, |r| r.min(nap)), None)
                     }
                 }
-                st.waiters.fetch_sub(1, Ordering::Relaxed);
-                if got.is_some() || timed_out {
-                    break (got, timed_out);
-                }
-            };
-            if let Some(w) = watcher.take() {
-                w.stop();
             }
-            let (got, timed_out) = result;
-            let waited = started.elapsed().as_nanos() as u64;
-            st.bump(counter::BLOCKED_NS, waited);
-            let mut flags = sidecar_flags::WAIT_PARKED;
-            if timed_out {
-                st.bump(counter::TIMEOUTS, 1);
-                flags |= sidecar_flags::WAIT_TIMED_OUT;
-                // We may have taken a wake-up meant for another sleeper: hand it on (the
-                // flag makes the holder's release wake the next one; a vacant lease now).
-                crate::park::announce(&st.wake);
-                if st.recheck().is_vacant() {
-                    st.wake_waiters();
-                }
+            st.waiters.fetch_sub(1, Ordering::Relaxed);
+            if got.is_some() || timed_out {
+                break (got, timed_out);
             }
-            if let Some(g) = &got {
-                self.note_grant(g);
+        };
+        if let Some(w) = watcher.take() {
+            w.retire(&self.retired);
+        }
+        let (got, timed_out) = result;
+        let waited = started.elapsed().as_nanos() as u64;
+        st.bump(counter::BLOCKED_NS, waited);
+        let mut flags = sidecar_flags::WAIT_PARKED;
+        if timed_out {
+            st.bump(counter::TIMEOUTS, 1);
+            flags |= sidecar_flags::WAIT_TIMED_OUT;
+            // We may have taken a wake-up meant for another sleeper: hand it on (the
+            // flag makes the holder's release wake the next one; a vacant lease now).
+            crate::park::announce(&st.wake);
+            if st.recheck().is_vacant() {
+                st.wake_waiters();
             }
-            self.note(OpCode::LeaseBlockedWait, flags, waited);
-            got
-        })
+        }
+        if let Some(g) = &got {
+            self.note_grant(g);
+        }
+        self.note(OpCode::LeaseBlockedWait, flags, waited);
+        got
     }
 
     /// Makes sure a death watcher covers the current holder (restarting it after a
     /// handover). Returns whether one does; without one the waiter polls more often.
-    fn ensure_watcher<'scope, 'env>(
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-        st: &'env LeaseState,
-        watcher: &mut Option<DeathWatcher<'scope>>,
-    ) -> bool {
+    fn ensure_watcher(&self, watcher: &mut Option<DeathWatcher>) -> bool {
+        let st = self.state();
         let cur = st.word();
         if cur.is_vacant() {
             return false;
@@ -211,7 +206,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             return true;
         }
         if let Some(w) = watcher.take() {
-            w.stop();
+            w.retire(&self.retired);
         }
         let Some(ident) = st.holder_identity(cur) else {
             return false;
@@ -220,7 +215,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if ident == crate::liveness::Identity::current() {
             return false;
         }
-        *watcher = DeathWatcher::spawn(scope, st, cur.id(), ident);
+        // The watcher reads this handle's mapping; it is joined by its own drop or by
+        // `self.retired`, both before the mapping goes.
+        *watcher = DeathWatcher::spawn(st, cur.id(), ident);
         watcher.is_some()
     }
 }
