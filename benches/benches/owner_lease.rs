@@ -7,10 +7,13 @@
 //!
 //! The `payload<bytes>_<case>/<impl>` ids repeat `acquire_release`, `read_as_owner_held`
 //! and `write_as_owner_held` for `[u64; 1]`, `[u64; 3]` and `[u64; 6]` payloads (8, 24
-//! and 48 bytes, issue #18), against mutexes guarding the same array.
+//! and 48 bytes, issue #18), against mutexes guarding the same array. Before the
+//! criterion runs, their ratios to the std mutex are also measured interleaved (see
+//! [`interleaved`]) and printed to stderr.
 
 use std::hint::black_box;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
 use cxc::{FromBytes, Immutable, IntoBytes, KnownLayout, OwnerLease};
@@ -87,12 +90,78 @@ fn payload_case<T>(
     assert!(lease.release(me));
 }
 
+/// Interleaved check of the payload ratios to the std mutex, printed before the criterion
+/// runs (as the seqlock bench does): on a shared machine whose load changes from second
+/// to second, criterion's one-function-at-a-time medians can compare a quiet second with
+/// a busy one; here every round times 100 000 operations of each side back to back, and
+/// the median over 41 rounds of the per-round ratio is printed.
+fn interleaved<T>(dir: &std::path::Path, me: u32, make: impl Fn(u64) -> T + Copy)
+where
+    T: FromBytes + IntoBytes + Immutable + KnownLayout + Copy + Default + 'static,
+{
+    const N: u32 = 100_000;
+    let bytes = size_of::<T>();
+    let lease: OwnerLease<T> =
+        OwnerLease::create(dir.join(format!("interleaved{bytes}.lease")), make(0)).unwrap();
+    let m = Mutex::new(make(0));
+    /// Nanoseconds per call of `f` (monomorphised: no indirect call per operation).
+    fn time(mut f: impl FnMut()) -> f64 {
+        let t = Instant::now();
+        for _ in 0..N {
+            f();
+        }
+        t.elapsed().as_secs_f64() * 1e9 / f64::from(N)
+    }
+    let mut x = 0u64;
+    let mut rows: [Vec<f64>; 3] = Default::default();
+    for _ in 0..41 {
+        let mutex_lock = time(|| drop(black_box(m.lock().unwrap())));
+        let lease_claim = time(|| {
+            black_box(lease.try_acquire(black_box(me), 3));
+            black_box(lease.release(black_box(me)));
+        });
+        assert!(lease.try_acquire(me, 3));
+        let mutex_read = time(|| {
+            black_box(*m.lock().unwrap());
+        });
+        let lease_read = time(|| {
+            black_box(lease.read_as_owner(black_box(me)).unwrap_or_default());
+        });
+        let mutex_write = time(|| {
+            x = x.wrapping_add(1);
+            *m.lock().unwrap() = make(black_box(x));
+        });
+        let lease_write = time(|| {
+            x = x.wrapping_add(1);
+            black_box(lease.write_as_owner(black_box(me), make(black_box(x))));
+        });
+        assert!(lease.release(me));
+        rows[0].push(lease_claim / mutex_lock);
+        rows[1].push(lease_read / mutex_read);
+        rows[2].push(lease_write / mutex_write);
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "owner_lease interleaved {bytes:>2} B: acquire_release/mutex {:.3}, read_as_owner_held/mutex {:.3}, write_as_owner_held/mutex {:.3}",
+        med(&mut rows[0]),
+        med(&mut rows[1]),
+        med(&mut rows[2]),
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let lease: OwnerLease<u64> = OwnerLease::create(dir.path().join("bench.lease"), 0).unwrap();
     let me = std::process::id();
     let std_m = Mutex::new(0u64);
     let pl_m = parking_lot::Mutex::new(0u64);
+
+    interleaved(dir.path(), me, |x| [x]);
+    interleaved(dir.path(), me, |x| [x; 3]);
+    interleaved(dir.path(), me, |x| [x; 6]);
 
     let mut g = c.benchmark_group("owner_lease");
     g.bench_function("acquire_release/lease", |b| {
