@@ -672,6 +672,17 @@ fn failover_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         target: Target::Max(5.0),
         ratio: false,
     });
+    // The speed issue's target: no slower than flock, whose lock the kernel drops when it
+    // closes the dead holder's files (earlier in the exit path than a pidfd turns readable).
+    goals.push(Goal {
+        key: "xproc.failover_vs_flock".into(),
+        label: "failover after SIGKILL (OS identity) / flock, medians".into(),
+        value: div(os.map(|r| r.median), xmed(data, "failover/flock")),
+        unit: "",
+        seed: None,
+        target: Target::Max(1.0),
+        ratio: true,
+    });
 }
 
 /// CPU burned by a blocked waiter.
@@ -875,27 +886,32 @@ fn sidecar_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     md.push('\n');
 }
 
-/// `benches/notes.md`: `## key` sections.
+/// `benches/notes.md`: `## key` sections (`## key1, key2` gives several keys one text).
 fn load_notes() -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(crate::root().join("benches/notes.md")).unwrap_or_default();
+    parse_notes(&text)
+}
+
+fn parse_notes(text: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    let mut key: Option<String> = None;
+    let mut keys: Vec<String> = Vec::new();
     let mut buf = String::new();
+    let mut flush = |keys: &mut Vec<String>, buf: &mut String| {
+        for k in keys.drain(..) {
+            out.insert(k, buf.clone());
+        }
+        buf.clear();
+    };
     for line in text.lines() {
         if let Some(k) = line.strip_prefix("## ") {
-            if let Some(k0) = key.take() {
-                out.insert(k0, std::mem::take(&mut buf));
-            }
-            key = Some(k.trim().to_string());
-            buf.clear();
-        } else if key.is_some() {
+            flush(&mut keys, &mut buf);
+            keys = k.split(',').map(|k| k.trim().to_string()).collect();
+        } else if !keys.is_empty() {
             buf.push_str(line);
             buf.push('\n');
         }
     }
-    if let Some(k0) = key {
-        out.insert(k0, buf);
-    }
+    flush(&mut keys, &mut buf);
     out
 }
 
@@ -1179,4 +1195,14 @@ mod tests {
         assert!(Crit::parse("t\tk\tcase\tours\tbase\t-\t-\tabout 2").is_err());
         assert!(Crit::parse("too\tfew").is_err());
     }
+
+    #[test]
+    fn a_notes_heading_may_name_several_keys() {
+        let notes = super::parse_notes("# title\n## a, b.c\nshared\n## d\nown\n");
+        assert_eq!(notes.get("a").map(String::as_str), Some("shared\n"));
+        assert_eq!(notes.get("b.c").map(String::as_str), Some("shared\n"));
+        assert_eq!(notes.get("d").map(String::as_str), Some("own\n"));
+        assert_eq!(notes.len(), 3);
+    }
+
 }
