@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use crate::{cargo, root};
 
+mod quote;
 mod report;
 
 /// Criterion settings of `--quick`.
@@ -130,9 +131,13 @@ fn bench(opts: &Args) -> Result<(), String> {
     let report = report::render(&data, &machine());
     let md = out_dir.join("BENCHMARKS.md");
     let svg = out_dir.join("benchmarks.svg");
-    std::fs::write(&md, report.markdown).map_err(|e| format!("{}: {e}", md.display()))?;
+    std::fs::write(&md, &report.markdown).map_err(|e| format!("{}: {e}", md.display()))?;
     std::fs::write(&svg, report.svg).map_err(|e| format!("{}: {e}", svg.display()))?;
     eprintln!("xtask bench: wrote {} and {}", md.display(), svg.display());
+    if out_dir == root().join("docs") {
+        let n = quote::refresh_pages(&out_dir, &report.markdown)?;
+        eprintln!("xtask bench: refreshed the quoted tables of {n} pages");
+    }
     Ok(())
 }
 

@@ -1204,5 +1204,4 @@ mod tests {
         assert_eq!(notes.get("d").map(String::as_str), Some("own\n"));
         assert_eq!(notes.len(), 3);
     }
-
 }
