@@ -11,9 +11,9 @@
 //! criterion runs, their ratios to the std mutex are also measured interleaved (see
 //! [`interleaved`]) and printed to stderr.
 
+use cxc_benches::stats::{median, ns_per_call};
 use std::hint::black_box;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use criterion::{BenchmarkGroup, Criterion, measurement::WallTime};
 use cxc::{FromBytes, Immutable, IntoBytes, KnownLayout, OwnerLease};
@@ -104,34 +104,26 @@ where
     let lease: OwnerLease<T> =
         OwnerLease::create(dir.join(format!("interleaved{bytes}.lease")), make(0)).unwrap();
     let m = Mutex::new(make(0));
-    /// Nanoseconds per call of `f` (monomorphised: no indirect call per operation).
-    fn time(mut f: impl FnMut()) -> f64 {
-        let t = Instant::now();
-        for _ in 0..N {
-            f();
-        }
-        t.elapsed().as_secs_f64() * 1e9 / f64::from(N)
-    }
     let mut x = 0u64;
     let mut rows: [Vec<f64>; 3] = Default::default();
     for _ in 0..41 {
-        let mutex_lock = time(|| drop(black_box(m.lock().unwrap())));
-        let lease_claim = time(|| {
+        let mutex_lock = ns_per_call(N, || drop(black_box(m.lock().unwrap())));
+        let lease_claim = ns_per_call(N, || {
             black_box(lease.try_acquire(black_box(me), 3));
             black_box(lease.release(black_box(me)));
         });
         assert!(lease.try_acquire(me, 3));
-        let mutex_read = time(|| {
+        let mutex_read = ns_per_call(N, || {
             black_box(*m.lock().unwrap());
         });
-        let lease_read = time(|| {
+        let lease_read = ns_per_call(N, || {
             black_box(lease.read_as_owner(black_box(me)).unwrap_or_default());
         });
-        let mutex_write = time(|| {
+        let mutex_write = ns_per_call(N, || {
             x = x.wrapping_add(1);
             *m.lock().unwrap() = make(black_box(x));
         });
-        let lease_write = time(|| {
+        let lease_write = ns_per_call(N, || {
             x = x.wrapping_add(1);
             black_box(lease.write_as_owner(black_box(me), make(black_box(x))));
         });
@@ -140,10 +132,7 @@ where
         rows[1].push(lease_read / mutex_read);
         rows[2].push(lease_write / mutex_write);
     }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let med = |v: &mut Vec<f64>| median(v);
     eprintln!(
         "owner_lease interleaved {bytes:>2} B: acquire_release/mutex {:.3}, read_as_owner_held/mutex {:.3}, write_as_owner_held/mutex {:.3}",
         med(&mut rows[0]),

@@ -9,7 +9,9 @@
 
 use std::hint::black_box;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use cxc_benches::stats::{median, ns_per_call};
 
 use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
@@ -76,35 +78,27 @@ where
     let lock = SeqLock::new(make(0)).unwrap();
     let cell = SharedCell::create(dir.join(format!("i{bytes}.cell")), make(0)).unwrap();
     let m = Mutex::new(make(0));
-    /// Nanoseconds per call of `f` (monomorphised: no indirect call per operation).
-    fn time(mut f: impl FnMut()) -> f64 {
-        let t = Instant::now();
-        for _ in 0..N {
-            f();
-        }
-        t.elapsed().as_secs_f64() * 1e9 / f64::from(N)
-    }
     let mut x = 0u64;
     let mut rows: [Vec<f64>; 4] = Default::default();
     for _ in 0..41 {
-        let mutex_read = time(|| {
+        let mutex_read = ns_per_call(N, || {
             black_box(*m.lock().unwrap());
         });
-        let lock_read = time(|| {
+        let lock_read = ns_per_call(N, || {
             black_box(lock.read());
         });
-        let cell_read = time(|| {
+        let cell_read = ns_per_call(N, || {
             black_box(cell.load());
         });
-        let mutex_write = time(|| {
+        let mutex_write = ns_per_call(N, || {
             x = x.wrapping_add(1);
             *m.lock().unwrap() = make(black_box(x));
         });
-        let lock_write = time(|| {
+        let lock_write = ns_per_call(N, || {
             x = x.wrapping_add(1);
             black_box(lock.write(make(black_box(x))).is_ok());
         });
-        let cell_write = time(|| {
+        let cell_write = ns_per_call(N, || {
             x = x.wrapping_add(1);
             black_box(cell.store(make(black_box(x))).is_ok());
         });
@@ -113,10 +107,7 @@ where
         rows[2].push(lock_write / mutex_write);
         rows[3].push(cell_write / mutex_write);
     }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let med = |v: &mut Vec<f64>| median(v);
     eprintln!(
         "seqlock interleaved {bytes:>2} B: read/mutex {:.3}, load/mutex {:.3}, write/mutex {:.3}, store/mutex {:.3}",
         med(&mut rows[0]),

@@ -33,6 +33,21 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     })
 }
 
+/// The median of `samples` (any order; `NaN` when there are none).
+pub fn median(samples: &[f64]) -> f64 {
+    summarize(samples).map_or(f64::NAN, |s| s.median)
+}
+
+/// Nanoseconds per call of `f`, over `n` calls in a row (monomorphised: no indirect call
+/// per operation). The interleaved checks of the criterion benches time each side with it.
+pub fn ns_per_call(n: u32, mut f: impl FnMut()) -> f64 {
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    t.elapsed().as_secs_f64() * 1e9 / f64::from(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
