@@ -199,31 +199,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// the publication are one atomic step: a holder that was superseded never publishes.
     #[inline]
     pub fn write_as_owner(&self, my_pid: u32, value: T) -> bool {
-        let st = self.state();
-        let words = to_words(&value);
-        // Fast path: from the handle's guess of the word (see `release`); the WRITE CAS
-        // proves the word was the guess, a claim this process made for `my_pid`.
-        let guess = Word(self.hot.load(Ordering::Relaxed));
-        let word = if self.cache_hit(my_pid, guess.holder())
-            && !guess.may_be_writing()
-            && guess.stage().is_some()
-            && let Some(w) = st.start_write_exact(guess)
-        {
-            w
-        } else {
-            match st.start_write(|w| self.held_as(w, my_pid)) {
-                Ok(w) => w,
-                Err(_) => return false,
-            }
-        };
-        st.fill(word, &words, words_for::<T>());
-        match st.publish_word(word, false) {
-            Some(left) => {
-                self.hot.store(left.0, Ordering::Relaxed);
-                true
-            }
-            None => false,
-        }
+        self.write_held(&to_words(&value), |w| self.held_as(w, my_pid))
+            .is_ok()
     }
 
     /// Writes the payload if `claim` is still current and this process made it (fenced).
@@ -235,29 +212,40 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if claim.proc != my_proc() {
             return false;
         }
-        let st = self.state();
-        // Fast path from the handle's guess when it names this claim with a staging buffer
-        // and no write in flight: the WRITE CAS proves the word was the guess.
-        let guess = Word(self.hot.load(Ordering::Relaxed));
-        if guess.id() == claim.id
-            && !guess.is_vacant()
-            && !guess.may_be_writing()
-            && guess.stage().is_some()
-            && let Some(word) = st.start_write_exact(guess)
-        {
-            st.fill(word, &to_words(&value), words_for::<T>());
-            if let Some(left) = st.publish_word(word, false) {
-                self.hot.store(left.0, Ordering::Relaxed);
-                return true;
-            }
-            self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
-            return false;
-        }
-        let r = st.write_if(&to_words(&value), words_for::<T>(), |w| w.id() == claim.id);
+        let r = self.write_held(&to_words(&value), |w| w.id() == claim.id);
         if r == Err(WriteRefused::Lost) {
             self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
         }
         r.is_ok()
+    }
+
+    /// A held write of the claim that `ours` accepts: WRITE, fill, publish. It starts from
+    /// the handle's guess of the word (see `release`) when `ours` accepts the guess and
+    /// the guess has a staging buffer and no write in flight: the WRITE CAS then proves
+    /// the word was the guess. Otherwise from the loaded word. The word the publication
+    /// leaves is the next guess.
+    #[inline]
+    fn write_held(
+        &self,
+        words: &[u64; super::state::PAYLOAD_WORDS],
+        ours: impl Fn(Word) -> bool,
+    ) -> Result<(), WriteRefused> {
+        let st = self.state();
+        let guess = Word(self.hot.load(Ordering::Relaxed));
+        let word = if !guess.is_vacant()
+            && !guess.may_be_writing()
+            && guess.stage().is_some()
+            && ours(guess)
+            && let Some(w) = st.start_write_exact(guess)
+        {
+            w
+        } else {
+            st.start_write(&ours)?
+        };
+        st.fill(word, words, words_for::<T>());
+        let left = st.publish_word(word, false).ok_or(WriteRefused::Lost)?;
+        self.hot.store(left.0, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Seed API: refreshes the heartbeat if `my_pid` holds the lease; `false` means the

@@ -54,8 +54,10 @@ impl WriteWait {
 
 impl LeaseState {
     /// Writes `words` as the claim matching `accept`: start (WRITE), fill the staging
-    /// buffer, publish (one CAS that succeeds only if the claim is unchanged: L2).
-    #[inline]
+    /// buffer, publish (one CAS that succeeds only if the claim is unchanged: L2). The
+    /// handle's writes take the same steps (`OwnerLease::write_held`); the loom models
+    /// call this.
+    #[cfg(cxc_loom)]
     pub(crate) fn write_if(
         &self,
         words: &[u64; PAYLOAD_WORDS],
@@ -251,7 +253,7 @@ impl LeaseState {
     /// staging buffers, clear WRITE, and with `release` also vacate. Fails only if the
     /// claim was superseded or released meanwhile; then this writer's quarantined buffer
     /// is freed (it will store nothing more into it).
-    #[inline]
+    #[cfg(cxc_loom)]
     pub(crate) fn publish(&self, word: Word, release: bool) -> bool {
         self.publish_word(word, release).is_some()
     }
