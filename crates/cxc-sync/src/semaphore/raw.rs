@@ -52,6 +52,18 @@ pub(crate) enum Released {
     NotHeld,
 }
 
+/// What [`RawSemaphore::own_fast`] did.
+enum Fast {
+    /// The transition is done.
+    Done,
+    /// Refused (an `Acquire` with no permit available); nothing changed.
+    Refused,
+    /// Loom only: this "process" died at a crash point.
+    Died,
+    /// Not the common case: run the general transition.
+    Slow,
+}
+
 /// A view of one semaphore's state (in a mapped file, or on the heap in loom models).
 pub(crate) struct RawSemaphore<'a> {
     pub(crate) head: &'a SemHead,
@@ -217,11 +229,83 @@ impl<'a> RawSemaphore<'a> {
         }
     }
 
+    /// The common case of [`Self::transition`]: an `Acquire` or `Release` of slot `i`'s
+    /// own permit right after a transition of `i`'s own, already applied. Same CASes and
+    /// orderings as the general path, but its two loads do not wait for each other: this
+    /// slot's book `b`, then the count word `c`. Taken only if `c` was authored by `i`,
+    /// changes `i`'s book (and not the handed book) and `b` has applied it
+    /// (`b.applied() == c.seq()`): then `help(c)` would do nothing, and `b` is exact while
+    /// the word stays `c` (B: only the current word's author can have a change pending; a
+    /// later `c.seq()` always differs from the applied number of its author's book,
+    /// `next_seq`). Then the count CAS from `c`, and the book CAS from `b`, which fails
+    /// only if a helper applied the new word first. [`Fast::Slow`] for every other case,
+    /// and after a lost count CAS: the caller runs the general transition, which loads
+    /// again.
+    #[inline(always)]
+    fn own_fast(&self, i: usize, op: Op) -> Fast {
+        let Some(s) = self.slots.get(i) else {
+            return Fast::Slow;
+        };
+        // SYNC: book (as in `help`), then count (as in `transition`).
+        let b = BookWord(s.book.load(Ordering::Acquire));
+        let c = CountWord(self.head.count.load(Ordering::SeqCst));
+        if self.crash_here() {
+            return Fast::Died;
+        }
+        if c.author() != Some(i)
+            || c.op().author_delta() == 0
+            || b.applied() != c.seq()
+            || c.touches_handed()
+        {
+            return Fast::Slow;
+        }
+        let avail = match op {
+            Op::Acquire if c.avail() > 0 => c.avail() - 1,
+            Op::Acquire => return Fast::Refused,
+            Op::Release if c.avail() < self.max && b.held() > 0 => c.avail() + 1,
+            _ => return Fast::Slow,
+        };
+        let new = CountWord::new(avail, op, Some(i), next_seq(c.seq(), [b.applied(), 0]));
+        // SYNC: count (as in `transition`).
+        if self
+            .head
+            .count
+            .compare_exchange(c.0, new.0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Fast::Slow;
+        }
+        if self.crash_here() {
+            return Fast::Done;
+        }
+        // As in `transition`: failure means a helper applied `new` already.
+        let _ = s.book.compare_exchange(
+            b.0,
+            b.apply(new, op.author_delta()).0,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        Fast::Done
+    }
+
     /// Takes one permit for `holder` if one is available. Without a holder slot nothing
     /// is taken: a permit leaves the pool only to a tracked holder.
     #[inline]
     pub(crate) fn try_acquire(&self, holder: Option<usize>) -> bool {
-        if holder.is_none() || self.available() == 0 {
+        let Some(i) = holder else {
+            return false;
+        };
+        match self.own_fast(i, Op::Acquire) {
+            Fast::Done => return true,
+            Fast::Refused | Fast::Died => return false,
+            Fast::Slow => {}
+        }
+        self.try_acquire_slow(holder)
+    }
+
+    #[inline(never)]
+    fn try_acquire_slow(&self, holder: Option<usize>) -> bool {
+        if self.available() == 0 {
             return false;
         }
         self.transition(holder, |c, _, _| match c.avail() {
@@ -239,6 +323,19 @@ impl<'a> RawSemaphore<'a> {
     /// pool is already full or the caller holds none and none is handed off.
     #[inline]
     pub(crate) fn release(&self, holder: Option<usize>) -> Released {
+        if let Some(i) = holder {
+            match self.own_fast(i, Op::Release) {
+                Fast::Done => return Released::Held,
+                // As the general path reports a caller that died mid-transition.
+                Fast::Died | Fast::Refused => return Released::NotHeld,
+                Fast::Slow => {}
+            }
+        }
+        self.release_slow(holder)
+    }
+
+    #[inline(never)]
+    fn release_slow(&self, holder: Option<usize>) -> Released {
         let max = self.max;
         let why = std::cell::Cell::new(Released::NotHeld);
         let done = self.transition(holder, |c, book, handed| {
