@@ -1200,3 +1200,222 @@ fn semaphore_acquire_many_gets_a_killed_holders_permits() {
         "a blocked acquirer never got a SIGKILLed holder's permits: {failures:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Sibling threads and forked children against guards and `with_lease`.
+// ---------------------------------------------------------------------------------------
+
+/// docs/owner-lease.md, Pitfalls: "`with_lease` of one thread and `write_as_owner` of
+/// another on the same pid are serialised by the WRITE bit (a writer waits at most ~100 ms
+/// for a sibling's write, then `write_as_owner` returns false)". A closure that runs
+/// 600 ms: the sibling's write returns false well before the closure ends, and its value
+/// is never published; the closure's value is.
+#[test]
+fn sibling_write_during_a_long_with_lease_fails_fast_and_never_publishes() {
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let lease = OwnerLease::<u64>::create_with(d.path().join("l"), 1, &never()).unwrap();
+    let pid = me();
+    let (in_tx, in_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let closure = s.spawn(|| {
+            lease.with_lease(pid, BIG, |v| {
+                in_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(600));
+                *v = 7;
+            })
+        });
+        in_rx.recv().unwrap();
+        let t = Instant::now();
+        let wrote = lease.write_as_owner(pid, 666);
+        let took = t.elapsed();
+        let closure_done = closure.is_finished();
+        println!("sibling write_as_owner={wrote} after {took:?}");
+        assert!(!wrote, "a sibling's write overlapped a with_lease closure");
+        assert!(
+            !closure_done && took < Duration::from_millis(450),
+            "the sibling's write waited {took:?} (doc: at most ~100 ms)"
+        );
+        assert_eq!(closure.join().unwrap(), Some(()));
+    });
+    let c = lease.try_claim(pid, BIG).unwrap();
+    assert_eq!(lease.read_claimed(&c), Some(7));
+    assert!(lease.release_claim(&c));
+}
+
+/// A guard superseded as stale (manual epochs, a claimant for another pid with grace 0
+/// after a tick; the guard's process alive, so its staging buffer is quarantined): the
+/// guard's later write fails and is never published, and the quarantined buffer comes
+/// back when the guard learns of the loss (write or drop) — 20 rounds, more than the
+/// eight buffers, and the taker's writes still work. A sibling's `release(pid)` never
+/// drops a guard's claim.
+#[test]
+fn superseded_guards_never_publish_and_leak_no_buffer() {
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("l");
+    let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).unwrap();
+    let taker = OwnerLease::<u64>::open(&path).unwrap();
+    let pid = me();
+    let other = 4_000_000;
+    for i in 0..20u64 {
+        let g = lease.try_lock().expect("vacant");
+        g.write(i).unwrap();
+        let released = std::thread::scope(|s| s.spawn(|| lease.release(pid)).join().unwrap());
+        assert!(
+            !released,
+            "round {i}: a pid release dropped a guard's claim"
+        );
+        taker.tick_epoch();
+        let c = taker.try_claim(other, 0).expect("stale guard taken over");
+        let learned_by_write = i % 2 == 0;
+        if learned_by_write {
+            assert!(
+                g.write(1000 + i).is_err(),
+                "round {i}: a superseded guard wrote"
+            );
+        }
+        assert!(!g.is_current());
+        drop(g);
+        assert_eq!(taker.read_claimed(&c), Some(i), "round {i}");
+        assert!(
+            taker.write_claimed(&c, 2000 + i),
+            "round {i}: the taker has no staging buffer (quarantines leaked)"
+        );
+        assert_eq!(taker.read_claimed(&c), Some(2000 + i));
+        assert!(taker.release_claim(&c));
+        let c = taker.try_claim(other, BIG).unwrap();
+        assert!(taker.write_claimed(&c, i), "round {i}");
+        assert!(taker.release_claim(&c));
+    }
+    let q = read_word(&path, LEASE_CLAIM) & (0xFF << 15);
+    assert_eq!(
+        q, 0,
+        "buffers still quarantined after every guard learned of its loss"
+    );
+}
+
+const GUARD_FORK: &str = "guard_inherited_by_a_forked_child_neither_writes_nor_releases";
+
+/// A guard copied into a child by `fork` (no exec): the child's `write`, `unlock` and
+/// drop must neither publish nor release the parent's claim ("A `LeaseClaim` token or a
+/// guard copied into a forked child ... cannot write, read, beat or release"); the
+/// parent's guard keeps working.
+#[test]
+fn guard_inherited_by_a_forked_child_neither_writes_nor_releases() {
+    fn role_forker() {
+        let lease = OwnerLease::<u64>::open(path_arg("path")).unwrap();
+        let g = lease.try_lock().expect("vacant");
+        g.write(11).unwrap();
+        // SAFETY: the child only makes lease calls, reports and `_exit`s.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let w = g.write(666).is_ok();
+            let r = g.read().is_ok();
+            let b = g.beat().is_ok();
+            let cur = g.is_current();
+            let u = g.unlock().is_ok();
+            report(format!(
+                "CHILD write={w} read={r} beat={b} current={cur} unlock={u}"
+            ));
+            // SAFETY: ends the forked child without the parent's atexit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        let cur = g.is_current();
+        let read = g.read().ok();
+        let wrote = g.write(12).is_ok();
+        report(format!(
+            "PARENT current={cur} read={} wrote={wrote} unlock={}",
+            read.unwrap_or(0),
+            g.unlock().is_ok()
+        ));
+    }
+    play_role!(role_forker);
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("l");
+    let lease = OwnerLease::<u64>::create_with(&path, 0, &never()).unwrap();
+    let mut kid = RoleCommand::new(GUARD_FORK, "forker")
+        .arg("path", &path)
+        .spawn();
+    let reports = kid.finish(CHILD_DEADLINE);
+    println!("{reports:?}");
+    let child = reports.iter().find(|l| l.starts_with("CHILD")).unwrap();
+    let parent = reports.iter().find(|l| l.starts_with("PARENT")).unwrap();
+    for k in ["write", "read", "beat", "unlock"] {
+        assert!(
+            !flag(child, k),
+            "a forked child's copy of a guard could {k}: {child}"
+        );
+    }
+    assert!(flag(parent, "current"), "{parent}");
+    assert_eq!(num(parent, "read"), 11, "{parent}");
+    assert!(flag(parent, "wrote") && flag(parent, "unlock"), "{parent}");
+    let c = lease.try_claim(me(), BIG).expect("released by the forker");
+    assert_eq!(lease.read_claimed(&c), Some(12));
+}
+
+const GUARD_KILLED: &str = "blocked_lock_takes_over_a_killed_holder_at_once";
+
+/// A guard blocked in `lock_timeout` (and `lock`) takes over a SIGKILLed holder at once
+/// (OS identity), long before any heartbeat grace (manual epochs nobody ticks).
+#[test]
+fn blocked_lock_takes_over_a_killed_holder_at_once() {
+    fn role_holder() {
+        let lease = OwnerLease::<u64>::open(path_arg("path")).unwrap();
+        let g = lease.try_lock().expect("vacant");
+        g.write(5).unwrap();
+        report("HELD");
+        std::mem::forget(g);
+        park();
+    }
+    play_role!(role_holder);
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("l");
+    let lease = std::sync::Arc::new(OwnerLease::<u64>::create_with(&path, 0, &never()).unwrap());
+    for blocking in [false, true] {
+        let mut h = RoleCommand::new(GUARD_KILLED, "holder")
+            .arg("path", &path)
+            .spawn();
+        assert_eq!(h.next_report(REPORT_WAIT), "HELD");
+        let waiter = std::thread::spawn({
+            let lease = lease.clone();
+            move || {
+                let g = if blocking {
+                    Some(lease.lock())
+                } else {
+                    lease.lock_timeout(Duration::from_secs(3))
+                };
+                let at = Instant::now();
+                let v = g
+                    .as_ref()
+                    .map(|g| (g.read().ok(), g.payload_may_be_inconsistent()));
+                (v, at)
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished(), "took a live holder's lease");
+        let killed = Instant::now();
+        h.kill();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !waiter.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "blocking={blocking}: never took over"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (v, at) = waiter.join().unwrap();
+        let took = at.duration_since(killed);
+        println!("blocking={blocking}: {v:?} {took:?} after the kill");
+        assert!(v.is_some(), "blocking={blocking}: timed out");
+        assert!(
+            took < Duration::from_secs(1),
+            "blocking={blocking}: {took:?}"
+        );
+    }
+}
