@@ -1419,3 +1419,90 @@ fn blocked_lock_takes_over_a_killed_holder_at_once() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Old formats.
+// ---------------------------------------------------------------------------------------
+
+/// Old files are refused: a cxc header of format version 1 or 2 (offset 8) on a
+/// semaphore and a heartbeat file (the lease has its own test), and a heartbeat file of
+/// heartbeat format version 1 (`params[2]`): `open`, `open_any` and the read-only
+/// `inspect` give a typed error, the version one naming both versions.
+#[test]
+fn old_format_semaphore_and_heartbeat_files_are_refused() {
+    use cxc_mmf::MmfError;
+    use cxc_sync::{HeartbeatError, SemaphoreError};
+    let d = tempfile::tempdir().unwrap();
+    for old in [1u32, 2] {
+        let s = d.path().join(format!("sem{old}"));
+        drop(SharedSemaphore::create(&s, 1, 1).unwrap());
+        let h = d.path().join(format!("hb{old}"));
+        drop(HeartbeatTable::create(&h, 2).unwrap());
+        for p in [&s, &h] {
+            let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            f.write_all_at(&old.to_ne_bytes(), 8).unwrap();
+        }
+        let sem_errs = [
+            SharedSemaphore::open(&s).map(|_| ()),
+            SharedSemaphore::open_unregistered(&s).map(|_| ()),
+            SharedSemaphore::inspect(&s).map(|_| ()),
+        ];
+        for e in sem_errs {
+            assert!(
+                matches!(
+                    e,
+                    Err(SemaphoreError::File(MmfError::UnsupportedVersion { found, .. })) if found == old
+                ),
+                "semaphore file of format {old}: {e:?}"
+            );
+        }
+        let hb_errs = [
+            HeartbeatTable::open(&h, 2).map(|_| ()),
+            HeartbeatTable::open_any(&h).map(|_| ()),
+            HeartbeatTable::inspect(&h).map(|_| ()),
+        ];
+        for e in hb_errs {
+            assert!(
+                matches!(
+                    e,
+                    Err(HeartbeatError::File(MmfError::UnsupportedVersion { found, .. })) if found == old
+                ),
+                "heartbeat file of format {old}: {e:?}"
+            );
+        }
+    }
+    // Heartbeat format version 1 in params[2], with a valid header.
+    use std::sync::atomic::AtomicU64;
+    let p = d.path().join("hbv1");
+    let layout = cxc_mmf::Layout {
+        kind: cxc_mmf::Kind::Heartbeat,
+        head_size: 2880,
+        slot_size: 64,
+        capacity: 2,
+        payload: cxc_mmf::TypeFingerprint::NONE,
+        params: [0, 0, 1, 0],
+    };
+    drop(
+        cxc_mmf::Mapped::<[AtomicU64; 360], [AtomicU64; 8]>::create(
+            &p,
+            layout,
+            &cxc_mmf::CreateOptions::default(),
+            |_, _| {},
+        )
+        .unwrap(),
+    );
+    let errs = [
+        HeartbeatTable::open(&p, 2).map(|_| ()),
+        HeartbeatTable::open_any(&p).map(|_| ()),
+        HeartbeatTable::inspect(&p).map(|_| ()),
+    ];
+    for e in errs {
+        match e {
+            Err(HeartbeatError::File(e @ MmfError::ParamMismatch { .. })) => {
+                let text = e.to_string();
+                assert!(text.contains('1') && text.contains('2'), "{text}");
+            }
+            other => panic!("heartbeat format version 1 accepted or odd error: {other:?}"),
+        }
+    }
+}
