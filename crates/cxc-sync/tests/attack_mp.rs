@@ -873,8 +873,9 @@ fn heartbeat_worker_whose_main_thread_exited_is_never_reported() {
         let t = HeartbeatTable::open_any(path_arg("path")).unwrap();
         let slot = t.register(me()).unwrap();
         assert!(t.mark_in_flight(slot, 5));
+        let idle = t.register(me()).unwrap();
         std::thread::spawn(move || {
-            report(format!("SLOT slot={slot}"));
+            report(format!("SLOT slot={slot} idle={idle}"));
             let _t = t; // keeps the mapping
             park();
         });
@@ -894,11 +895,21 @@ fn heartbeat_worker_whose_main_thread_exited_is_never_reported() {
             cmd = cmd.env("CXC_IDENTITY_FALLBACK", "1");
         }
         let mut kid = cmd.spawn();
-        let slot = num(&kid.next_report(REPORT_WAIT), "slot") as usize;
+        let line = kid.next_report(REPORT_WAIT);
+        let (slot, idle) = (num(&line, "slot") as usize, num(&line, "idle") as usize);
+        assert_ne!(slot, idle);
         assert!(
             cxc_testkit::wait_until(Duration::from_secs(5), || main_thread_state(kid.pid())
                 == Some('Z')),
             "the main thread did not exit"
+        );
+        // Fill the table: a newcomer may not take the half-exited worker's idle slot.
+        let fillers: Vec<usize> = (0..2)
+            .map(|i| table.register(4_100_000 + i).unwrap())
+            .collect();
+        assert!(
+            table.register(4_100_009).is_err(),
+            "fallback={fallback}: a live (half-exited) worker's idle slot was reused"
         );
         let snap = table.snapshot(slot).unwrap();
         assert_eq!(snap.identity.is_fallback(), fallback);
@@ -924,6 +935,10 @@ fn heartbeat_worker_whose_main_thread_exited_is_never_reported() {
             "fallback={fallback}: the killed worker was not reported"
         );
         assert_eq!(w.reclaim(slot), 1 << 5);
+        // Now dead: its idle slot (or the reclaimed one) is reused.
+        let reused = table.register(4_100_009).expect("a dead worker's slot");
+        assert!(reused == idle || reused == slot, "{reused}");
+        assert!(!fillers.contains(&reused));
     }
 }
 
