@@ -43,7 +43,7 @@ fn lease_with_term_near_u64_max_does_not_panic() {
 
 /// `claim` in the lease block, and its WRITE bit (docs/owner-lease.md).
 const LEASE_CLAIM: u64 = HEADER_LEN;
-const WRITE_BIT: u64 = 1 << 33;
+const WRITE_BIT: u64 = 1 << 14;
 
 /// Runs `f` on another thread; fails if it does not return within `limit` (the thread is
 /// left spinning until the test binary exits).

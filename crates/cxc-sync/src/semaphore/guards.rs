@@ -133,17 +133,29 @@ impl SharedSemaphore {
         if n == 0 || n > self.max_permits() {
             return None;
         }
-        let deadline = Instant::now().checked_add(timeout);
+        let start = Instant::now();
+        let deadline = start.checked_add(timeout);
+        let mut next_reclaim = start + super::ops::RECLAIM_EVERY;
         loop {
             if let Some(g) = self.try_acquire_many(n) {
                 return Some(g);
             }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let now = Instant::now();
+            let left = deadline.map(|d| d.saturating_duration_since(now));
             if left == Some(Duration::ZERO) {
                 return None;
             }
-            // Wait for one permit (woken by a release, reclaiming dead holders while
-            // asleep), give it back, and try for all of them again.
+            // Each wait below is shorter than the blocked path's reclaim period, so it
+            // would never reach its own reclaim: return dead holders' permits here, on
+            // the same schedule as a blocked `acquire`.
+            if now >= next_reclaim {
+                next_reclaim = now + super::ops::RECLAIM_EVERY;
+                if self.reclaim_noted(true) > 0 {
+                    continue;
+                }
+            }
+            // Wait for one permit (woken by a release), give it back, and try for all of
+            // them again.
             let wait = left.map_or(MANY_POLL, |l| l.min(MANY_POLL));
             if let Some(p) = self.acquire_timeout(wait) {
                 drop::<Permit<'_>>(p);
