@@ -11,7 +11,6 @@ use super::claim::LeaseClaim;
 use super::file::*;
 use super::slot::pid_word;
 use super::state::{Claimant, Granted, LeaseState, counter};
-use super::watch::DeathWatcher;
 use super::word::Word;
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
@@ -122,7 +121,6 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
         st.bump(counter::BLOCKED_WAITS, 1);
         let mut watch = super::os::CachedWatch::default();
-        let mut watcher: Option<DeathWatcher> = None;
         let mut naps = 0u32;
         let result = loop {
             st.waiters.fetch_add(1, Ordering::Relaxed);
@@ -147,9 +145,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             );
             let mut timed_out = false;
             if got.is_none() {
-                // A short first sleep needs no watcher thread (most handoffs end within
-                // it); a longer wait gets one, and then sleeps long.
-                let watched = naps > 0 && self.ensure_watcher(&mut watcher);
+                // A short first sleep starts no watcher thread (most handoffs end within
+                // it); a longer wait gets one, and then sleeps long. A watcher this handle
+                // kept from an earlier wait on the same holder process covers the first
+                // sleep too.
+                let watched = self.watched(naps > 0);
                 let nap = if watched {
                     WATCHED_POLL
                 } else if naps == 0 {
@@ -170,9 +170,6 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 break (got, timed_out);
             }
         };
-        if let Some(w) = watcher.take() {
-            w.retire(&self.retired);
-        }
         let (got, timed_out) = result;
         let waited = started.elapsed().as_nanos() as u64;
         st.bump(counter::BLOCKED_NS, waited);
@@ -194,19 +191,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         got
     }
 
-    /// Makes sure a death watcher covers the current holder (restarting it after a
-    /// handover). Returns whether one does; without one the waiter polls more often.
-    fn ensure_watcher(&self, watcher: &mut Option<DeathWatcher>) -> bool {
+    /// Whether this handle's death watcher covers the current holder's process; with
+    /// `start`, starts (or moves) it to cover it if it does not. Without a watcher the
+    /// waiter polls more often.
+    fn watched(&self, start: bool) -> bool {
         let st = self.state();
         let cur = st.word();
         if cur.is_vacant() {
             return false;
-        }
-        if watcher.as_ref().is_some_and(|w| w.id == cur.id()) {
-            return true;
-        }
-        if let Some(w) = watcher.take() {
-            w.retire(&self.retired);
         }
         let Some(ident) = st.holder_identity(cur) else {
             return false;
@@ -215,9 +207,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if ident == crate::liveness::Identity::current() {
             return false;
         }
-        // The watcher reads this handle's mapping; it is joined by its own drop or by
-        // `self.retired`, both before the mapping goes.
-        *watcher = DeathWatcher::spawn(st, cur.id(), ident);
-        watcher.is_some()
+        if start {
+            // The watcher reads this handle's mapping; `self.watch` joins it before the
+            // mapping goes.
+            self.watch.ensure(st, ident)
+        } else {
+            self.watch.covers(&ident)
+        }
     }
 }

@@ -98,9 +98,9 @@ pub struct OwnerLease<T> {
     /// The process that pinned, and the identity slots it pinned (bit `holder - 1`),
     /// unpinned on drop (a forked child's copy pinned nothing).
     pub(super) pinned: std::sync::Mutex<(u32, u64)>,
-    /// Death-watcher threads of blocked `acquire`s that were told to stop, joined later
-    /// (at the latest in `drop`, before the mapping they read is unmapped).
-    pub(super) retired: super::watch::Retired,
+    /// The death watcher of blocked `acquire`s (one thread, kept between waits; stopped
+    /// and joined at the latest in `drop`, before the mapping it reads is unmapped).
+    pub(super) watch: super::watch::Watch,
     /// Guards' settings: the grace in epochs and the pid their slot names.
     pub(super) guard: GuardSettings,
     pub(super) _payload: PhantomData<fn() -> T>,
@@ -109,7 +109,7 @@ pub struct OwnerLease<T> {
 impl<T> Drop for OwnerLease<T> {
     fn drop(&mut self) {
         // First: the watcher threads read the mapping, which the fields' drops unmap.
-        self.retired.join_all();
+        self.watch.join_all();
         let (by, pinned) = *self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
         if pinned == 0 || by != cxc_mmf::identity::current_pid() {
             return;
@@ -278,7 +278,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             cache: std::array::from_fn(|_| AtomicU64::new(0)),
             hot: AtomicU64::new(0),
             pinned: std::sync::Mutex::new((0, 0)),
-            retired: super::watch::Retired::default(),
+            watch: super::watch::Watch::default(),
             guard: GuardSettings::for_mode(epoch),
             _payload: PhantomData,
         }
