@@ -388,3 +388,50 @@ fn hup_and_int_are_forwarded_and_the_command_s_code_returned() {
         }
     }
 }
+
+/// What `lease run` leaves in the lease payload (`supervise/held.rs`, `Record`): a tag, a
+/// run counter and the command's process group.
+fn run_record(runs: u64, pgid: u32) -> u64 {
+    (0xC5 << 56) | ((runs & 0xFF_FFFF) << 32) | u64::from(pgid)
+}
+
+/// The state a killed keeper leaves behind (`kill -9` of the keeper, or the OOM killer):
+/// the payload still names its command's process group after that command ended on its
+/// own; by the next run (minutes or days later) the number may name an unrelated group
+/// (pid reuse). Simulated by writing that record for an unrelated `sleep` in a group of
+/// its own. Promise (cli.md point 5): the run terminates "a recorded group that still has
+/// live members" — the group of *its* predecessor's command, not whichever group has that
+/// number now. The unrelated `sleep` must survive `cxc lease run L -- true`.
+#[test]
+fn lease_run_never_terminates_a_group_it_did_not_start() {
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir().unwrap();
+    let l = d.path().join("l");
+    common::succeeds(&["create", "lease", p(&l)]);
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("30")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = bystander.id();
+    {
+        let lease = cxc::OwnerLease::<u64>::open(&l).unwrap();
+        let g = lease.try_lock().expect("vacant");
+        g.write(run_record(1, pgid)).unwrap();
+    }
+    let o = run_within(
+        &["lease", "run", p(&l), "--", "true"],
+        Duration::from_secs(5),
+    )
+    .expect("lease run hung");
+    std::thread::sleep(Duration::from_millis(50));
+    let alive = bystander.try_wait().unwrap().is_none();
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    assert!(
+        alive,
+        "`cxc lease run` terminated process group {pgid}, which it never started \
+         (exit {:?}, stderr {:?})",
+        o.0, o.1
+    );
+}
