@@ -59,7 +59,18 @@ pub struct WriteGuard<'a, T> {
     pub(super) lock: &'a SharedRwLock<T>,
     /// The claim word as this guard last installed it (PUB/STAGE move on every write).
     pub(super) claim: Cell<Word>,
+    /// The process that took the lock: a copy of the guard in a child made by `fork`
+    /// holds nothing (every operation is refused as [`WriteGuardError::Lost`], and its
+    /// drop unlocks nothing).
     pub(super) pid: u32,
+}
+
+impl<T> WriteGuard<'_, T> {
+    /// Whether this process took the lock (not a copy in a forked child).
+    #[inline]
+    fn ours(&self) -> bool {
+        current_pid() == self.pid
+    }
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
@@ -75,6 +86,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
     /// # Errors
     /// [`WriteGuardError::Lost`] if the lock was evicted.
     pub fn read(&self) -> Result<T, WriteGuardError> {
+        if !self.ours() {
+            return Err(self.lost());
+        }
         let words = self
             .lock
             .raw()
@@ -90,6 +104,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
     /// [`WriteGuardError::Lost`] if the lock was evicted (nothing was published);
     /// [`WriteGuardError::NoBuffer`] if no buffer is free to stage the write.
     pub fn write(&self, value: T) -> Result<(), WriteGuardError> {
+        if !self.ours() {
+            return Err(self.lost());
+        }
         let raw = self.lock.raw();
         let mut claim = self.claim.get();
         if claim.stage().is_none() {
@@ -143,7 +160,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
     /// [`WriteGuardError::Lost`] if the lock was evicted.
     pub fn beat(&self) -> Result<(), WriteGuardError> {
         let raw = self.lock.raw();
-        if !raw.is_current(self.claim.get()) {
+        if !self.ours() || !raw.is_current(self.claim.get()) {
             return Err(self.lost());
         }
         raw.head
@@ -154,7 +171,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
 
     /// Whether the lock is still this guard's.
     pub fn is_current(&self) -> bool {
-        self.lock.raw().is_current(self.claim.get())
+        self.ours() && self.lock.raw().is_current(self.claim.get())
     }
 
     /// Unlocks, reporting whether the lock was still this guard's.
@@ -162,7 +179,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> WriteGuard<'_, T> {
     /// # Errors
     /// [`WriteGuardError::Lost`] if the lock had been evicted.
     pub fn unlock(self) -> Result<(), WriteGuardError> {
-        let ok = self.lock.raw().write_unlock(self.claim.get());
+        let ok = self.ours() && self.lock.raw().write_unlock(self.claim.get());
         let r = if ok { Ok(()) } else { Err(self.lost()) };
         std::mem::forget(self);
         r
@@ -173,7 +190,7 @@ impl<T> Drop for WriteGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         // A forked child does not own its parent's write lock.
-        if current_pid() == self.pid {
+        if self.ours() {
             self.lock.raw().write_unlock(self.claim.get());
         }
     }
