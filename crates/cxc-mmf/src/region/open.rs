@@ -23,11 +23,19 @@ use super::view::Mapped;
 
 /// Opens `path` for reading, and for writing too unless `read_only` (no `O_RDWR`: a file
 /// of another user or on a read-only mount can still be read).
+///
+/// `O_NONBLOCK`, so that a FIFO (or a device) at `path` cannot make the `open` wait for a
+/// writer: it opens, and the `fstat` below refuses it as not a regular file. On a regular
+/// file the flag changes nothing (its reads and writes never block, and the file is only
+/// mapped). `O_NOCTTY`, so that a terminal at `path` does not become the caller's
+/// controlling terminal.
 pub(super) fn open_file(path: &Path, read_only: bool) -> Result<(File, u64), MmfError> {
+    use rustix::fs::OFlags;
+    let flags = OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
     let file = OpenOptions::new()
         .read(true)
         .write(!read_only)
-        .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
+        .custom_flags(flags.bits() as i32)
         .open(path)
         .map_err(|e| match e.kind() {
             ErrorKind::NotFound => MmfError::NotFound {
