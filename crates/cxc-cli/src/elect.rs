@@ -125,7 +125,20 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
                 "cxc: {what}: the previous leader's command (process group {pgid}) outlived \
                  its term; terminating it before running"
             );
-            supervise::terminate_group(pgid);
+            // Renewing the term meanwhile (ending the group can outlast it).
+            supervise::terminate_group_keeping(pgid, &mut || {
+                !matches!(leadership.renew(), Err(ElectionError::Lost { .. }))
+            });
+        }
+        // Run nothing unless the term is still ours (a candidate that took it over while
+        // the group was ended runs its own command).
+        if matches!(leadership.renew(), Err(ElectionError::Lost { .. })) {
+            eprintln!(
+                "cxc: {what}: term (token {token}) lost while the previous command was ended; \
+                 nothing was run; campaigning again"
+            );
+            drop(leadership);
+            continue;
         }
         let env = [
             ("CXC_FENCING_TOKEN", token.to_string().into()),

@@ -53,6 +53,9 @@ forwarded to the group; if the wrapper dies, the group is terminated (SIGTERM, S
 pub(crate) const KEEPER_ENV: &str = "CXC_KEEPER_OF";
 /// Between SIGTERM and SIGKILL when a group is terminated.
 pub(crate) const KILL_DELAY: Duration = Duration::from_secs(2);
+/// How often a keeper ending an orphaned group renews its own claim meanwhile (well
+/// within the shortest grace the commands accept).
+pub(crate) const KEEP_EVERY: Duration = Duration::from_millis(5);
 
 const FORWARDED: [(i32, Signal); 3] = [
     (signal_hook::consts::SIGTERM, Signal::TERM),
@@ -366,16 +369,34 @@ fn proc_group_has_live_member(pgid: u32) -> Option<bool> {
 /// SIGTERM to the group, SIGKILL after [`KILL_DELAY`]; returns once no live member is
 /// left.
 pub(crate) fn terminate_group(pgid: u32) {
-    let Some(p) = pid_of(pgid) else { return };
+    terminate_group_keeping(pgid, &mut || true);
+}
+
+/// [`terminate_group`], calling `keep` every [`KEEP_EVERY`] while it waits (a claim's
+/// renewal: the wait can last [`KILL_DELAY`], longer than a claim's grace). Returns
+/// `false` as soon as `keep` does (the claim is lost; whoever took it ends the group),
+/// `true` once the group is gone.
+pub(crate) fn terminate_group_keeping(pgid: u32, keep: &mut dyn FnMut() -> bool) -> bool {
+    let Some(p) = pid_of(pgid) else { return true };
     let _ = rustix::process::kill_process_group(p, Signal::TERM);
     let _ = rustix::process::kill_process_group(p, Signal::CONT);
-    let deadline = Instant::now() + KILL_DELAY;
+    let started = Instant::now();
+    let deadline = started + KILL_DELAY;
+    let mut next_keep = started + KEEP_EVERY;
     let mut killed = false;
     while group_alive(pgid) {
-        if !killed && Instant::now() >= deadline {
+        let now = Instant::now();
+        if !killed && now >= deadline {
             let _ = rustix::process::kill_process_group(p, Signal::KILL);
             killed = true;
         }
+        if now >= next_keep {
+            if !keep() {
+                return false;
+            }
+            next_keep = now + KEEP_EVERY;
+        }
         std::thread::sleep(Duration::from_millis(2));
     }
+    true
 }

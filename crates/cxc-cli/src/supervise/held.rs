@@ -11,7 +11,9 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use super::{Ended, Parent, Signals, Waiting, group_alive, spawn, supervise, terminate_group};
+use super::{
+    Ended, Parent, Signals, Waiting, group_alive, spawn, supervise, terminate_group_keeping,
+};
 use crate::{CliError, EXIT_LEASE_LOST};
 
 /// The run record an exclusive run keeps in its claim's `u64` payload.
@@ -50,8 +52,10 @@ impl Record {
 }
 
 /// Terminates the group `recorded` names if it is not ours and still has live members:
-/// its run's keeper is gone or was evicted, so nothing else will.
-fn end_orphan(what: &str, recorded: Option<u32>) {
+/// its run's keeper is gone or was evicted, so nothing else will. `keep` renews the
+/// caller's claim while it waits for the group (up to [`super::KILL_DELAY`] and more);
+/// `false` if it reported the claim lost (then the caller must not run its command).
+fn end_orphan(what: &str, recorded: Option<u32>, keep: &mut dyn FnMut() -> bool) -> bool {
     let own_group = rustix::process::getpgrp().as_raw_pid().unsigned_abs();
     if let Some(pgid) = recorded.filter(|p| *p != own_group)
         && group_alive(pgid)
@@ -60,8 +64,9 @@ fn end_orphan(what: &str, recorded: Option<u32>) {
             "cxc: {what}: the previous exclusive command (process group {pgid}) outlived its \
              claim; terminating it before running"
         );
-        terminate_group(pgid);
+        return terminate_group_keeping(pgid, keep);
     }
+    true
 }
 
 /// A keeper: it waits for its claim, then runs its command on it.
@@ -93,7 +98,8 @@ impl Keeper<'_> {
         env: &[(&str, OsString)],
     ) -> Result<u8, CliError> {
         if let Some(p) = payload {
-            end_orphan(what, Record::decode(p).pgid);
+            // A shared hold does not expire: nothing to renew while the group ends.
+            end_orphan(what, Record::decode(p).pgid, &mut || true);
         }
         let running = spawn(&self.waiting.argv(), env)?;
         // Shared holds do not expire: nothing to renew.
@@ -117,9 +123,20 @@ impl Keeper<'_> {
         lost: &str,
     ) -> Result<u8, CliError> {
         let prev = Record::decode(hold.payload().unwrap_or(0));
-        end_orphan(what, prev.pgid);
-        let runs = prev.runs + 1;
         let token = hold.fencing_token();
+        // Ending an orphan can take longer than the claim's grace: renew meanwhile, and
+        // run nothing unless the claim is still ours afterwards (a waiter that took it as
+        // stale runs its own command).
+        if !end_orphan(what, prev.pgid, &mut || hold.renew()) || !hold.renew() {
+            return Err(CliError {
+                code: EXIT_LEASE_LOST,
+                msg: format!(
+                    "{what} lost (token {token} {lost}) while the previous command was ended; \
+                     nothing was run"
+                ),
+            });
+        }
+        let runs = prev.runs + 1;
         let mut env = env.to_vec();
         env.push(("CXC_FENCING_TOKEN", token.to_string().into()));
         let record = |pgid| Record { runs, pgid }.encode();
