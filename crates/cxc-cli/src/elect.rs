@@ -118,17 +118,27 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
     loop {
         let (leadership, previous) = campaign(&elector, parent, signals, &what)?;
         let token = leadership.token();
-        if let Some((_, pgid)) = previous.filter(|(t, g)| *t < token && *g != own_group)
+        if let Some((prev_token, pgid)) = previous.filter(|(t, g)| *t < token && *g != own_group)
             && supervise::group_alive(pgid)
         {
-            eprintln!(
-                "cxc: {what}: the previous leader's command (process group {pgid}) outlived \
-                 its term; terminating it before running"
-            );
-            // Renewing the term meanwhile (ending the group can outlast it).
-            supervise::terminate_group_keeping(pgid, &mut || {
-                !matches!(leadership.renew(), Err(ElectionError::Lost { .. }))
-            });
+            let theirs = run_of(&path, prev_token)
+                .is_some_and(|m| supervise::group_carries(pgid, supervise::MARK_VAR, &m));
+            if theirs {
+                eprintln!(
+                    "cxc: {what}: the previous leader's command (process group {pgid}) \
+                     outlived its term; terminating it before running"
+                );
+                // Renewing the term meanwhile (ending the group can outlast it).
+                supervise::terminate_group_keeping(pgid, &mut || {
+                    !matches!(leadership.renew(), Err(ElectionError::Lost { .. }))
+                });
+            } else {
+                eprintln!(
+                    "cxc: {what}: the previous leader named process group {pgid}, but none \
+                     of its processes is that leader's command (the number was reused, or \
+                     the command cleared its environment); leaving it alone"
+                );
+            }
         }
         // Run nothing unless the term is still ours (a candidate that took it over while
         // the group was ended runs its own command).
@@ -140,10 +150,13 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
             drop(leadership);
             continue;
         }
-        let env = [
+        let mut env = vec![
             ("CXC_FENCING_TOKEN", token.to_string().into()),
             ("CXC_ELECT_PATH", path.clone().into_os_string()),
         ];
+        if let Some(mark) = run_of(&path, token) {
+            env.push((supervise::MARK_VAR, mark.into()));
+        }
         let running = supervise::spawn(&args.argv(), &env)?;
         publish(&elector, &leadership, &identity, running.pgid);
         let ended = supervise::supervise(running, parent, signals, period, &mut || {
@@ -212,6 +225,12 @@ fn campaign(
 }
 
 /// Publishes the command's process group in the leader record (fenced by the term).
+/// The mark of the command of term `token` on the election file `path` (the processes
+/// of that command carry it in [`supervise::MARK_VAR`]).
+fn run_of(path: &std::path::Path, token: u64) -> Option<String> {
+    supervise::run_mark(path, token)
+}
+
 fn publish(elector: &Elector<MmapElection>, l: &Leadership<MmapElection>, id: &str, pgid: u32) {
     let text = format!("{id}{PGID_SUFFIX}{pgid}");
     let mut name = [0u8; IDENTITY_MAX];

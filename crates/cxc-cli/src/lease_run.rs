@@ -32,7 +32,14 @@ pub(crate) fn run(args: LeaseRun) -> Result<u8, CliError> {
     supervise::run(|parent, signals| keep(&args, &args.waiting.keeper(parent, signals)))
 }
 
+/// The shortest `--kill-after` accepted (as `elect`'s shortest `--lease-duration`): a
+/// holder is renewed every quarter of it, at least every millisecond.
+const MIN_KILL_AFTER: Duration = Duration::from_millis(10);
+
 fn keep(args: &LeaseRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
+    if args.kill_after.is_some_and(|d| d < MIN_KILL_AFTER) {
+        return Err(CliError::usage("--kill-after must be at least 10ms"));
+    }
     let path = &files::follow(&args.path);
     let builder = OwnerLease::builder(path).epoch(EpochMode::Clock { tick: args.tick });
     let builder = match args.kill_after {
@@ -42,6 +49,14 @@ fn keep(args: &LeaseRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let (lease, _) = builder
         .create_or_open::<u64>(0)
         .map_err(|e| files::error(&args.path, &e))?;
+    if args.kill_after.is_some() && lease.epoch_mode() == EpochMode::Manual {
+        // Its epochs only move when something ticks them: no holder would ever look stale.
+        return Err(CliError::usage(format!(
+            "--kill-after needs a lease file with clock-driven epochs; {} was created with \
+             manual epochs",
+            args.path.display()
+        )));
+    }
     let what = format!("lease {}", path.display());
     let guard = keeper.acquire(&what, || lease.try_lock(), |t| lease.lock_timeout(t))?;
     let env = [("CXC_LEASE_PATH", path.clone().into_os_string())];
@@ -49,5 +64,5 @@ fn keep(args: &LeaseRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
         .kill_after
         .map_or(Duration::from_millis(100), |d| d / 4)
         .clamp(Duration::from_millis(1), Duration::from_millis(100));
-    keeper.run_exclusive(&what, &guard, &env, period, "superseded")
+    keeper.run_exclusive(&what, path, &guard, &env, period, "superseded")
 }

@@ -127,7 +127,7 @@ fn keep(args: &RwLockRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     if args.shared {
         let what = format!("a read lock of {}", path.display());
         let guard = keeper.acquire(&what, || lock.try_read(), |t| lock.read_timeout(t))?;
-        let code = keeper.run_shared(&what, Some(guard.get()), &env);
+        let code = keeper.run_shared(&what, path, Some(guard.get()), &env);
         drop(guard);
         return code;
     }
@@ -135,5 +135,5 @@ fn keep(args: &RwLockRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let guard = keeper.acquire(&what, || lock.try_write(), |t| lock.write_timeout(t))?;
     let period = (lock.grace() / 4).clamp(Duration::from_millis(1), Duration::from_millis(100));
     let lost = "evicted: this run made no progress for the grace";
-    keeper.run_exclusive(&what, &guard, &env, period, lost)
+    keeper.run_exclusive(&what, path, &guard, &env, period, lost)
 }

@@ -45,7 +45,7 @@ fn keep(args: &SemRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let what = format!("a permit of {}", args.path.display());
     let permit = keeper.acquire(&what, || sem.try_acquire(), |t| sem.acquire_timeout(t))?;
     let env = [("CXC_SEM_PATH", args.path.clone().into_os_string())];
-    let code = keeper.run_shared(&what, None, &env);
+    let code = keeper.run_shared(&what, &path, None, &env);
     drop(permit);
     code
 }

@@ -30,7 +30,7 @@ use crate::{CliError, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND};
 mod held;
 mod waiting;
 
-pub(crate) use held::Keeper;
+pub(crate) use held::{Keeper, MARK_VAR, run_mark};
 pub(crate) use waiting::Waiting;
 
 /// The exit codes of `lease run` and `sem run`, as `--help` shows them.
@@ -341,11 +341,19 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
 
 /// Scans /proc for a member of `pgid` that is not a zombie (`None`: /proc unreadable).
 fn proc_group_has_live_member(pgid: u32) -> Option<bool> {
+    Some(!live_members(pgid)?.is_empty())
+}
+
+/// The pids of the members of process group `pgid` that are not zombies, from /proc
+/// (`None`: /proc unreadable).
+pub(crate) fn live_members(pgid: u32) -> Option<Vec<u32>> {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
         let Some(pid) = name
             .to_str()
             .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u32>().ok())
         else {
             continue;
         };
@@ -360,10 +368,24 @@ fn proc_group_has_live_member(pgid: u32) -> Option<bool> {
         let state = fields.next().unwrap_or("Z");
         let pgrp = fields.nth(1).and_then(|s| s.parse::<u32>().ok());
         if pgrp == Some(pgid) && state != "Z" && state != "X" {
-            return Some(true);
+            found.push(pid);
         }
     }
-    Some(false)
+    Some(found)
+}
+
+/// Whether a live member of group `pgid` carries `VAR=value` in its environment (as
+/// /proc shows the environment it was started with). A member whose environment cannot be
+/// read (another user's, or gone) does not count.
+pub(crate) fn group_carries(pgid: u32, var: &str, value: &str) -> bool {
+    let entry = format!("{var}={value}");
+    live_members(pgid)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry.as_bytes()))
+        })
 }
 
 /// SIGTERM to the group, SIGKILL after [`KILL_DELAY`]; returns once no live member is

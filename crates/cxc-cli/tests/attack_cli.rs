@@ -435,3 +435,43 @@ fn lease_run_never_terminates_a_group_it_did_not_start() {
         o.0, o.1
     );
 }
+
+/// `--kill-after` that could never mean "hung": shorter than 10 ms (every waiter would
+/// take over a live holder at once), or on a lease file with manual epochs (no holder
+/// would ever look stale, so the option would silently do nothing). Both exit 2 without
+/// running the command.
+#[test]
+fn lease_run_refuses_a_kill_after_that_cannot_work() {
+    let d = tempfile::tempdir().unwrap();
+    let marker = d.path().join("ran");
+    let touch = format!("touch {}", p(&marker));
+    let clock = d.path().join("clock");
+    let manual = d.path().join("manual");
+    common::succeeds(&["create", "lease", p(&manual), "--manual-epochs"]);
+    for (file, after) in [(&clock, "0"), (&clock, "9ms"), (&manual, "1s")] {
+        let o = run_within(
+            &["lease", "run", p(file), "--kill-after", after, "-c", &touch],
+            Duration::from_secs(5),
+        )
+        .expect("lease run hung");
+        assert_eq!(o.0, Some(2), "--kill-after {after} on {file:?}: {}", o.1);
+        assert!(o.1.contains("--kill-after"), "{}", o.1);
+        assert!(!marker.exists(), "--kill-after {after}: the command ran");
+    }
+    // The shortest accepted value runs.
+    let o = run_within(
+        &[
+            "lease",
+            "run",
+            p(&clock),
+            "--kill-after",
+            "10ms",
+            "-c",
+            &touch,
+        ],
+        Duration::from_secs(5),
+    )
+    .expect("lease run hung");
+    assert_eq!(o.0, Some(0), "{}", o.1);
+    assert!(marker.exists());
+}

@@ -6,15 +6,31 @@
 //! process group of the command running on it (0: none). The group is recorded after the
 //! command started and cleared once it is gone; a run that finds a group recorded (its
 //! keeper was SIGKILLed, or stopped past the grace and evicted) terminates that group
-//! before running its own command.
+//! before running its own command, if the group is that run's: the command of an
+//! exclusive run is started with [`MARK_VAR`] naming the file and the run, and a recorded
+//! group is terminated only if one of its live members still carries that mark (a
+//! recorded number now naming another process's group, after pid reuse, does not).
 
 use std::ffi::OsString;
 use std::time::Duration;
 
 use super::{
-    Ended, Parent, Signals, Waiting, group_alive, spawn, supervise, terminate_group_keeping,
+    Ended, Parent, Signals, Waiting, group_alive, group_carries, spawn, supervise,
+    terminate_group_keeping,
 };
 use crate::{CliError, EXIT_LEASE_LOST};
+
+/// The environment variable that marks the processes of an exclusive run's command:
+/// `DEV.INODE.RUNS` of the file and the run's counter.
+pub(crate) const MARK_VAR: &str = "CXC_RUN_MARK";
+
+/// The mark of run `runs` on the file `file` (its device and inode; `None` if the file
+/// cannot be looked at, which marks nothing and so ends no recorded group).
+pub(crate) fn run_mark(file: &std::path::Path, runs: u64) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file).ok()?;
+    Some(format!("{}.{}.{}", m.dev(), m.ino(), runs & 0xFF_FFFF))
+}
 
 /// The run record an exclusive run keeps in its claim's `u64` payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,22 +67,38 @@ impl Record {
     }
 }
 
-/// Terminates the group `recorded` names if it is not ours and still has live members:
-/// its run's keeper is gone or was evicted, so nothing else will. `keep` renews the
-/// caller's claim while it waits for the group (up to [`super::KILL_DELAY`] and more);
-/// `false` if it reported the claim lost (then the caller must not run its command).
-fn end_orphan(what: &str, recorded: Option<u32>, keep: &mut dyn FnMut() -> bool) -> bool {
+/// Terminates the group `prev` names if it is not ours, still has live members and is
+/// that run's (a live member carries the run's mark on `file`): its keeper is gone or was
+/// evicted, so nothing else will. `keep` renews the caller's claim while it waits for
+/// the group (up to [`super::KILL_DELAY`] and more); `false` if it reported the claim lost
+/// (then the caller must not run its command).
+fn end_orphan(
+    what: &str,
+    file: &std::path::Path,
+    prev: Record,
+    keep: &mut dyn FnMut() -> bool,
+) -> bool {
     let own_group = rustix::process::getpgrp().as_raw_pid().unsigned_abs();
-    if let Some(pgid) = recorded.filter(|p| *p != own_group)
-        && group_alive(pgid)
-    {
-        eprintln!(
-            "cxc: {what}: the previous exclusive command (process group {pgid}) outlived its \
-             claim; terminating it before running"
-        );
-        return terminate_group_keeping(pgid, keep);
+    let Some(pgid) = prev.pgid.filter(|p| *p != own_group) else {
+        return true;
+    };
+    if !group_alive(pgid) {
+        return true;
     }
-    true
+    let ours = run_mark(file, prev.runs).is_some_and(|m| group_carries(pgid, MARK_VAR, &m));
+    if !ours {
+        eprintln!(
+            "cxc: {what}: the payload names process group {pgid}, but none of its processes \
+             is the previous run's command (the number was reused, or the command cleared its \
+             environment); leaving it alone"
+        );
+        return true;
+    }
+    eprintln!(
+        "cxc: {what}: the previous exclusive command (process group {pgid}) outlived its \
+         claim; terminating it before running"
+    );
+    terminate_group_keeping(pgid, keep)
 }
 
 /// A keeper: it waits for its claim, then runs its command on it.
@@ -94,12 +126,13 @@ impl Keeper<'_> {
     pub(crate) fn run_shared(
         &self,
         what: &str,
+        file: &std::path::Path,
         payload: Option<u64>,
         env: &[(&str, OsString)],
     ) -> Result<u8, CliError> {
         if let Some(p) = payload {
             // A shared hold does not expire: nothing to renew while the group ends.
-            end_orphan(what, Record::decode(p).pgid, &mut || true);
+            end_orphan(what, file, Record::decode(p), &mut || true);
         }
         let running = spawn(&self.waiting.argv(), env)?;
         // Shared holds do not expire: nothing to renew.
@@ -117,6 +150,7 @@ impl Keeper<'_> {
     pub(crate) fn run_exclusive(
         &self,
         what: &str,
+        file: &std::path::Path,
         hold: &dyn ExclusiveHold,
         env: &[(&str, OsString)],
         period: Duration,
@@ -127,7 +161,7 @@ impl Keeper<'_> {
         // Ending an orphan can take longer than the claim's grace: renew meanwhile, and
         // run nothing unless the claim is still ours afterwards (a waiter that took it as
         // stale runs its own command).
-        if !end_orphan(what, prev.pgid, &mut || hold.renew()) || !hold.renew() {
+        if !end_orphan(what, file, prev, &mut || hold.renew()) || !hold.renew() {
             return Err(CliError {
                 code: EXIT_LEASE_LOST,
                 msg: format!(
@@ -139,6 +173,9 @@ impl Keeper<'_> {
         let runs = prev.runs + 1;
         let mut env = env.to_vec();
         env.push(("CXC_FENCING_TOKEN", token.to_string().into()));
+        if let Some(mark) = run_mark(file, runs) {
+            env.push((MARK_VAR, mark.into()));
+        }
         let record = |pgid| Record { runs, pgid }.encode();
         let running = match spawn(&self.waiting.argv(), &env) {
             Ok(r) => r,
