@@ -360,6 +360,26 @@ fn role_prober() {
             .is_none()
     );
     assert_eq!(watcher_threads(), 1, "the timed-out wait's watcher is kept");
+    // No wait uses it: it ends by itself after about a second, the handle still open.
+    let t = Instant::now();
+    while watcher_threads() != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "an unused watcher never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        t.elapsed() >= Duration::from_millis(500),
+        "the kept watcher ended at once ({:?})",
+        t.elapsed()
+    );
+    assert!(
+        lease
+            .acquire(me, NO_STALENESS, Duration::from_millis(50))
+            .is_none()
+    );
+    assert_eq!(watcher_threads(), 1, "a later wait starts a new one");
     drop(lease);
     assert_eq!(
         watcher_threads(),
@@ -396,8 +416,9 @@ fn role_prober() {
 
 /// A blocked `acquire` woken by its death watcher returns without stopping or joining
 /// the watcher thread; the handle keeps it for later waits on the same holder process
-/// (one thread, not one per wait) and stops and joins it at the latest when it drops (the
-/// thread reads the handle's mapping, so it must not outlive it). Runs in a child process
+/// (one thread, not one per wait), the thread ends by itself after a second unused, and
+/// the handle stops and joins it at the latest when it drops (the thread reads the
+/// handle's mapping, so it must not outlive it). Runs in a child process
 /// of its own.
 #[test]
 fn death_watchers_end_with_their_handle() {

@@ -11,6 +11,7 @@ use super::claim::LeaseClaim;
 use super::file::*;
 use super::slot::pid_word;
 use super::state::{Claimant, Granted, LeaseState, counter};
+use super::watch::Cover;
 use super::word::Word;
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
@@ -121,6 +122,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
         st.bump(counter::BLOCKED_WAITS, 1);
         let mut watch = super::os::CachedWatch::default();
+        // This wait's use of the handle's death watcher (dropped when the wait ends).
+        let mut cover: Option<Cover> = None;
         let mut naps = 0u32;
         let result = loop {
             st.waiters.fetch_add(1, Ordering::Relaxed);
@@ -149,7 +152,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 // it); a longer wait gets one, and then sleeps long. A watcher this handle
                 // kept from an earlier wait on the same holder process covers the first
                 // sleep too.
-                let watched = self.watched(naps > 0);
+                let watched = self.watched(&mut cover, naps > 0);
                 let nap = if watched {
                     WATCHED_POLL
                 } else if naps == 0 {
@@ -191,28 +194,29 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         got
     }
 
-    /// Whether this handle's death watcher covers the current holder's process; with
-    /// `start`, starts (or moves) it to cover it if it does not. Without a watcher the
-    /// waiter polls more often.
-    fn watched(&self, start: bool) -> bool {
+    /// Whether this handle's death watcher covers the current holder's process, keeping
+    /// `cover` (this wait's use of it) on that process; with `start`, starts (or moves)
+    /// the watcher to cover it if it does not. Without a watcher the waiter polls more
+    /// often.
+    fn watched(&self, cover: &mut Option<Cover>, start: bool) -> bool {
         let st = self.state();
         let cur = st.word();
-        if cur.is_vacant() {
-            return false;
-        }
-        let Some(ident) = st.holder_identity(cur) else {
-            return false;
+        let ident = if cur.is_vacant() {
+            None
+        } else {
+            st.holder_identity(cur)
         };
         // A holder in this very process cannot die while we run: no watcher.
-        if ident == crate::liveness::Identity::current() {
+        let Some(ident) = ident.filter(|id| *id != crate::liveness::Identity::current()) else {
+            *cover = None;
             return false;
+        };
+        if cover.as_ref().is_some_and(|c| *c.ident() == ident) {
+            return true;
         }
-        if start {
-            // The watcher reads this handle's mapping; `self.watch` joins it before the
-            // mapping goes.
-            self.watch.ensure(st, ident)
-        } else {
-            self.watch.covers(&ident)
-        }
+        // The watcher reads this handle's mapping; `self.watch` joins it before the
+        // mapping goes.
+        *cover = self.watch.cover(st, ident, start);
+        cover.is_some()
     }
 }

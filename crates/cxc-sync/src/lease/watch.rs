@@ -11,17 +11,20 @@
 //!
 //! One watcher per handle ([`Watch`]), kept after the wait that started it: a later wait
 //! on the same holder process uses it again, and a waiter that got the lease, timed out or
-//! saw the holder change returns without touching it. It ends when its process exits, or
-//! when the handle stops it: to watch another process (at the start of a wait, never on
-//! the way out of one), or when the handle drops. On the 2-core test machine a watcher per
-//! wait, stopped as the woken waiter left, made up most of that waiter's wake-up latency:
-//! the stop (an `eventfd` write) woke the thread on the other, idle CPU, an
-//! inter-processor wake-up the writer paid for (about 14 µs in its `write`, kernel
-//! trace), and joining the thread on the spot had cost about 40 µs before that.
+//! saw the holder change returns without waking it (it only updates two atomics). The
+//! thread ends when its process exits, when it has been idle (no wait using it) for
+//! [`IDLE`], or when the handle stops it: to watch another process (at the start of a
+//! wait, never on the way out of one), or when the handle drops. On the 2-core test
+//! machine a watcher per wait, stopped as the woken waiter left, made up most of that
+//! waiter's wake-up latency: the stop (an `eventfd` write) woke the thread on the other,
+//! idle CPU, an inter-processor wake-up the writer paid for (about 14 µs in its `write`,
+//! kernel trace), and joining the thread on the spot had cost about 40 µs before that.
 
 use std::os::fd::OwnedFd;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::os::{Identity, Liveness, PidWatch, liveness};
 use super::state::LeaseState;
@@ -35,10 +38,102 @@ struct StatePtr(*const LeaseState);
 // owning handle runs before its mapping is unmapped.
 unsafe impl Send for StatePtr {}
 
-/// A watcher thread, and the fd that tells it to stop.
+/// How long a watcher that no wait uses lives on: a later wait on the same process
+/// within it needs no new thread; a handle that stopped waiting keeps no thread for long.
+pub(crate) const IDLE: Duration = Duration::from_secs(1);
+
+/// The waits that use a watcher, shared with its thread.
+struct Users {
+    /// The number of waits using the watcher (low 32 bits), and [`EXITING`]: the thread
+    /// is ending and takes no new wait.
+    count: AtomicU64,
+    /// When the last wait stopped using it (ms since `base`).
+    last_left: AtomicU64,
+    base: Instant,
+}
+
+/// In [`Users::count`]: the thread is ending.
+const EXITING: u64 = 1 << 32;
+
+impl Users {
+    /// One user from the start (the wait that starts the thread).
+    fn new() -> Self {
+        Users {
+            count: AtomicU64::new(1),
+            last_left: AtomicU64::new(0),
+            base: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64
+    }
+
+    /// Counts one more wait, unless the thread is ending.
+    fn enter(&self) -> bool {
+        let mut c = self.count.load(Ordering::Acquire);
+        loop {
+            if c & EXITING != 0 {
+                return false;
+            }
+            match self
+                .count
+                .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => c = now,
+            }
+        }
+    }
+
+    /// One wait stopped using the watcher.
+    fn leave(&self) {
+        self.last_left.store(self.now_ms(), Ordering::Relaxed);
+        // Release: the thread that sees the count drop also sees `last_left`.
+        self.count.fetch_sub(1, Ordering::Release);
+    }
+
+    /// The thread's decision to end after an idle poll: no wait uses it, none has for
+    /// [`IDLE`], and no wait can start using it any more (the count goes from 0 to
+    /// [`EXITING`] in one step, so `enter` either came first and keeps it, or fails).
+    fn retire_if_idle(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+            && self
+                .now_ms()
+                .saturating_sub(self.last_left.load(Ordering::Relaxed))
+                >= IDLE.as_millis() as u64
+            && self
+                .count
+                .compare_exchange(0, EXITING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+}
+
+/// A wait's use of the handle's watcher: while it lives, the watcher does not end for
+/// being idle. Dropping it is two atomic updates (no system call).
+pub(crate) struct Cover {
+    ident: Identity,
+    users: Arc<Users>,
+}
+
+impl Cover {
+    /// The process the watcher watches.
+    pub(crate) fn ident(&self) -> &Identity {
+        &self.ident
+    }
+}
+
+impl Drop for Cover {
+    fn drop(&mut self) {
+        self.users.leave();
+    }
+}
+
+/// A watcher thread, the fd that tells it to stop, and its users.
 struct Thread {
     stop: OwnedFd,
     handle: JoinHandle<()>,
+    users: Arc<Users>,
 }
 
 impl Thread {
@@ -88,27 +183,26 @@ impl std::fmt::Debug for Watch {
 }
 
 impl Watch {
-    /// Whether a running watcher covers the process `ident` (no thread is started).
-    pub(crate) fn covers(&self, ident: &Identity) -> bool {
-        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        g.pid == cxc_mmf::identity::current_pid()
-            && g.current
-                .as_ref()
-                .is_some_and(|(id, t)| id == ident && !t.handle.is_finished())
-    }
-
-    /// Makes sure a watcher covers the process `ident` of `state` (the state in this
-    /// handle's mapping), stopping one that watches another process and starting one if
-    /// needed. Returns whether one covers it (without one the caller polls more often).
-    pub(crate) fn ensure(&self, state: &LeaseState, ident: Identity) -> bool {
+    /// A use of a watcher of the process `ident` of `state` (the state in this handle's
+    /// mapping): the running one if it watches `ident`; else, with `start`, a new one
+    /// (stopping one that watches another process). `None` if there is none (the caller
+    /// polls more often).
+    pub(crate) fn cover(&self, state: &LeaseState, ident: Identity, start: bool) -> Option<Cover> {
         let me = cxc_mmf::identity::current_pid();
         let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
         g.adopt(me);
         if let Some((id, t)) = &g.current
             && *id == ident
             && !t.handle.is_finished()
+            && t.users.enter()
         {
-            return true;
+            return Some(Cover {
+                ident,
+                users: t.users.clone(),
+            });
+        }
+        if !start {
+            return None;
         }
         if let Some((_, t)) = g.current.take() {
             t.signal_stop();
@@ -124,13 +218,13 @@ impl Watch {
                 i += 1;
             }
         }
-        match spawn(state, ident) {
-            Some(t) => {
-                g.current = Some((ident, t));
-                true
-            }
-            None => false,
-        }
+        let t = spawn(state, ident)?;
+        let cover = Cover {
+            ident,
+            users: t.users.clone(),
+        };
+        g.current = Some((ident, t));
+        Some(cover)
     }
 
     /// Stops and joins every thread (the handle is dropping; they read its mapping).
@@ -182,6 +276,8 @@ fn spawn_linux(state: &LeaseState, ident: Identity) -> Option<Thread> {
     }
     let stop = eventfd(0, EventfdFlags::CLOEXEC).ok()?;
     let stop_r = stop.try_clone().ok()?;
+    let users = Arc::new(Users::new());
+    let users_t = users.clone();
     let ptr = StatePtr(state);
     let handle = std::thread::Builder::new()
         .name("cxc-lease-watch".into())
@@ -195,17 +291,30 @@ fn spawn_linux(state: &LeaseState, ident: Identity) -> Option<Thread> {
                     PollFd::new(&fd, PollFlags::IN),
                     PollFd::new(&stop_r, PollFlags::IN),
                 ];
+                let idle = rustix::time::Timespec {
+                    tv_sec: IDLE.as_secs() as _,
+                    tv_nsec: 0,
+                };
                 loop {
-                    match poll(&mut fds, None) {
+                    match poll(&mut fds, Some(&idle)) {
+                        // Idle for a while: end unless a wait uses it.
+                        Ok(0) if users_t.retire_if_idle() => return,
+                        Ok(0) | Err(rustix::io::Errno::INTR) => continue,
                         Ok(_) => break,
-                        Err(rustix::io::Errno::INTR) => continue,
-                        Err(_) => return,
+                        Err(_) => {
+                            users_t.count.fetch_or(EXITING, Ordering::AcqRel);
+                            return;
+                        }
                     }
                 }
                 if !fds[0].revents().contains(PollFlags::IN) {
+                    users_t.count.fetch_or(EXITING, Ordering::AcqRel);
                     return; // stopped by the handle
                 }
             }
+            // The process is gone: the thread ends after the wake-up below, so no wait may
+            // count on it any more.
+            users_t.count.fetch_or(EXITING, Ordering::AcqRel);
             // SAFETY: the thread is joined before the mapping behind `ptr` is unmapped
             // (`Watch::join_all`, run by the owning handle's drop), so the state is still
             // mapped here.
@@ -220,5 +329,9 @@ fn spawn_linux(state: &LeaseState, ident: Identity) -> Option<Thread> {
             }
         })
         .ok()?;
-    Some(Thread { stop, handle })
+    Some(Thread {
+        stop,
+        handle,
+        users,
+    })
 }
