@@ -123,6 +123,12 @@ pub(crate) const DEFAULT_SPIN: Duration = Duration::from_micros(30);
 /// `budget` has passed since `started`, with an exponential backoff of pause hints (1 to
 /// 64) between attempts, so a spinning waiter does not keep pulling the holder's cache
 /// line away. A zero budget makes no attempt.
+///
+/// Measured against `crossbeam_utils::Backoff` in its place (spin 2^0 to 2^6 pause hints,
+/// then `yield` until it reports completed, within the same budget): the cross-process
+/// handoff round trip (`cargo xtask bench`, handoff case) took 4.7–4.9 µs with it against
+/// 0.43–0.47 µs with this loop (alternating runs, same machine): it stops spinning after
+/// a few microseconds, before most handoffs arrive, and then sleeps.
 #[cfg(not(cxc_loom))]
 #[inline]
 pub(crate) fn spin_for<T>(
