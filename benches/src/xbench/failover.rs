@@ -4,9 +4,11 @@
 //!
 //! - `lease_os`: the holder claimed the lease for its own pid, so its OS identity
 //!   (pid + start time) is recorded; the waiter's blocked `acquire` sees it die.
-//! - `lease_heartbeat`: the holder claimed for a pid with no OS identity and beats every
+//! - `lease_heartbeat`: the holder claimed for a pid that is not its own and beats every
 //!   [`BEAT`]; epochs are `CLOCK_MONOTONIC` ticks of [`TICK`] and the waiter's grace is
-//!   [`GRACE`] epochs, so the takeover is by staleness alone.
+//!   [`GRACE`] epochs. The claim still names the process that made it (the identity
+//!   table records the registering process, `docs/owner-lease.md`), so the waiter sees
+//!   that process die as in `lease_os`; staleness alone would take the grace.
 //! - `robust_pthread`: `pthread_mutex_lock` returns `EOWNERDEAD` to the waiter.
 //! - `flock`: the kernel drops the dead holder's lock when its files are closed.
 
@@ -39,7 +41,7 @@ pub(crate) fn run(cfg: &Config) {
     note(
         "failover_heartbeat",
         &format!(
-            "heartbeat path: clock epochs of {} ms, grace {GRACE} epochs, holder beats every {} us",
+            "lease_heartbeat: clock epochs of {} ms, grace {GRACE} epochs, holder beats every {} us",
             TICK.as_millis(),
             BEAT.as_micros()
         ),

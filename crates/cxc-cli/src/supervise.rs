@@ -339,14 +339,16 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
     }
 }
 
-/// Scans /proc for a member of `pgid` that is not a zombie (`None`: /proc unreadable).
+/// Scans /proc for a live member of `pgid` (`None`: /proc unreadable; see [`live_members`]).
 fn proc_group_has_live_member(pgid: u32) -> Option<bool> {
     Some(!live_members(pgid)?.is_empty())
 }
 
-/// The pids of the members of process group `pgid` that are not zombies, from /proc
-/// (`None`: /proc unreadable).
-pub(crate) fn live_members(pgid: u32) -> Option<Vec<u32>> {
+/// The live members of process group `pgid`, from /proc (`None`: /proc unreadable): for
+/// each, its pid and a live thread of it. A process whose main thread exited shows `Z`
+/// while its other threads run; it is alive (and its environment is read through a live
+/// thread: the exited main thread has no memory left to read it from).
+pub(crate) fn live_members(pgid: u32) -> Option<Vec<(u32, u32)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
@@ -357,21 +359,42 @@ pub(crate) fn live_members(pgid: u32) -> Option<Vec<u32>> {
         else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some((state, pgrp)) = stat_state_pgrp(&format!("/proc/{pid}/stat")) else {
             continue;
         };
-        // After the command name: state, ppid, pgrp, ...
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        if pgrp != pgid {
             continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|s| s.parse::<u32>().ok());
-        if pgrp == Some(pgid) && state != "Z" && state != "X" {
-            found.push(pid);
+        }
+        if state != 'Z' && state != 'X' {
+            found.push((pid, pid));
+        } else if let Some(tid) = live_thread(pid) {
+            found.push((pid, tid));
         }
     }
     Some(found)
+}
+
+/// The state letter and process group in the `stat` file at `path`.
+fn stat_state_pgrp(path: &str) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // After the command name: state, ppid, pgrp, ...
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let pgrp = fields.nth(1)?.parse::<u32>().ok()?;
+    Some((state, pgrp))
+}
+
+/// A thread of process `pid` that is not a zombie, if any.
+fn live_thread(pid: u32) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|tid| {
+            stat_state_pgrp(&format!("/proc/{pid}/task/{tid}/stat"))
+                .is_some_and(|(st, _)| st != 'Z' && st != 'X')
+        })
 }
 
 /// Whether a live member of group `pgid` carries `VAR=value` in its environment (as
@@ -382,8 +405,8 @@ pub(crate) fn group_carries(pgid: u32, var: &str, value: &str) -> bool {
     live_members(pgid)
         .unwrap_or_default()
         .into_iter()
-        .any(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
+        .any(|(pid, tid)| {
+            std::fs::read(format!("/proc/{pid}/task/{tid}/environ"))
                 .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry.as_bytes()))
         })
 }

@@ -475,3 +475,73 @@ fn lease_run_refuses_a_kill_after_that_cannot_work() {
     assert_eq!(o.0, Some(0), "{}", o.1);
     assert!(marker.exists());
 }
+
+/// Ends the calling thread only (the exit(2) system call, not exit_group): the main
+/// thread of a process, sent here by `tgkill`, as `pthread_exit(3)` ends it.
+extern "C" fn exit_this_thread(_: libc::c_int) {
+    // SAFETY: exit(2) ends only the calling thread; the other threads go on.
+    unsafe {
+        libc::syscall(libc::SYS_exit, 0);
+    }
+}
+
+/// The half-exited command of `a_half_exited_command_keeps_its_run_going`: the main
+/// thread exits, another thread runs on for 1.5 s and then leaves the `done` marker.
+fn half_exited_command(dir: &Path) -> ! {
+    let done = dir.join("done");
+    let pid = std::process::id() as libc::pid_t;
+    // SAFETY: installs a handler that only makes the exit(2) system call, then sends the
+    // signal to this process's main thread (tid == pid).
+    unsafe {
+        libc::signal(
+            libc::SIGUSR2,
+            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR2);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::write(done, b"").unwrap();
+    std::process::exit(0)
+}
+
+/// A process of the command whose main thread exited while another thread runs (the
+/// pattern `pthread_exit(3)` recommends; /proc shows it as `Z`) is alive: the run keeps
+/// the lease until it is gone (here the command's shell exits at once and leaves that
+/// process in the group), so the next run starts only after it.
+#[test]
+fn a_half_exited_command_keeps_its_run_going() {
+    if let Some(dir) = std::env::var_os("CXC_TEST_HALFEXIT") {
+        half_exited_command(Path::new(&dir));
+    }
+    let d = tempfile::tempdir().unwrap();
+    let l = d.path().join("l");
+    let exe = std::env::current_exe().unwrap();
+    let first = format!(
+        "CXC_TEST_HALFEXIT={} {} --exact a_half_exited_command_keeps_its_run_going --nocapture >/dev/null 2>&1 &",
+        p(d.path()),
+        p(&exe)
+    );
+    let o = run_within(
+        &["lease", "run", p(&l), "-c", &first],
+        Duration::from_secs(10),
+    )
+    .expect("first run hung");
+    assert_eq!(o.0, Some(0), "{}", o.1);
+    let done = d.path().join("done");
+    let second = format!(
+        "if test -f {done}; then touch {ok}; else touch {early}; fi",
+        done = p(&done),
+        ok = p(&d.path().join("ok")),
+        early = p(&d.path().join("early"))
+    );
+    let o = run_within(
+        &["lease", "run", p(&l), "-c", &second],
+        Duration::from_secs(10),
+    )
+    .expect("second run hung");
+    assert_eq!(o.0, Some(0), "{}", o.1);
+    assert!(
+        d.path().join("ok").exists() && !d.path().join("early").exists(),
+        "the second run started while the first run's half-exited process still ran"
+    );
+}

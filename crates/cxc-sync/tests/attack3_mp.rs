@@ -289,7 +289,12 @@ fn lease_holder_that_released_and_reclaimed_then_died_is_taken_over_promptly() {
     let test = "lease_holder_that_released_and_reclaimed_then_died_is_taken_over_promptly";
     let mut v = Vec::new();
     let mut lost_race = 0;
-    for _ in 0..12 {
+    // Rounds until 8 are measured (the waiter may win the handoff: then there is
+    // nothing to measure), at most 60.
+    for _ in 0..60 {
+        if v.len() >= 8 {
+            break;
+        }
         let d = tempfile::tempdir().unwrap();
         let (path, lease) = new_lease(d.path(), &never());
         let lease: &'static OwnerLease<u64> = Box::leak(Box::new(lease));
@@ -319,7 +324,8 @@ fn lease_holder_that_released_and_reclaimed_then_died_is_taken_over_promptly() {
     }
     assert!(
         v.len() >= 5,
-        "the holder lost the re-claim race {lost_race} times"
+        "the holder lost the re-claim race {lost_race} times, measured {}",
+        v.len()
     );
     let m = median(&mut v);
     eprintln!("takeover ms (sorted): {v:.2?}");

@@ -7,9 +7,10 @@
 //! the lease file itself (owner, generation, counters) or small marker files, never through
 //! sleeps alone.
 //!
-//! Pids: a claim made for the caller's own pid records the process start time, so its death
-//! is seen at once (identity path); a claim made for any other number has no OS identity
-//! and fails over only when its heartbeat is more than `grace` epochs old (heartbeat path).
+//! Pids: a claim names the identity of the process that made it, whatever pid it was made
+//! for (`docs/owner-lease.md`, Identity): its death is seen at once (identity path). While
+//! that process lives, a claim fails over only when its heartbeat is more than `grace`
+//! epochs old (heartbeat path) — the case of a claim the parent makes for a fake pid.
 //! Fake pids are above `PID_MAX_LIMIT` (2^22), so they never name a real process.
 
 mod ctl;

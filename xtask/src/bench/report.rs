@@ -628,8 +628,10 @@ fn failover_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         "The holder process is SIGKILLed while a second process is blocked waiting; latency \
          is from just before `kill` to the waiter's lock call returning. `lease_os`: the \
          holder claimed for its own pid, the waiter sees the OS identity (pid + start time) \
-         die. `lease_heartbeat`: the holder claimed for a pid with no OS identity, so only \
-         heartbeat staleness frees the lease.",
+         die. `lease_heartbeat`: the holder claimed for a pid that is not its own and beats \
+         with clock epochs; the claim still names the process that made it \
+         (`docs/owner-lease.md`, Identity), so the waiter sees that process die too, as in \
+         `lease_os` (staleness would take the grace).",
     );
     if let Some(n) = data.notes.get("failover_heartbeat") {
         let _ = write!(md, " Settings: {n}.");
@@ -637,7 +639,10 @@ fn failover_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     md.push_str(" Robust mutex: `EOWNERDEAD`; flock: released when the kernel closes the dead holder's files.\n\n");
     let fo = [
         ("lease_os", "OwnerLease, OS-identity path"),
-        ("lease_heartbeat", "OwnerLease, heartbeat path"),
+        (
+            "lease_heartbeat",
+            "OwnerLease, claimed for another pid, clock epochs",
+        ),
         ("robust_pthread", "robust pthread mutex (EOWNERDEAD)"),
         ("flock", "flock"),
     ];

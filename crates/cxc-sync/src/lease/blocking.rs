@@ -211,7 +211,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             *cover = None;
             return false;
         };
-        if cover.as_ref().is_some_and(|c| *c.ident() == ident) {
+        if cover.as_ref().is_some_and(|c| *c.ident() == ident && c.live()) {
             return true;
         }
         // The watcher reads this handle's mapping; `self.watch` joins it before the

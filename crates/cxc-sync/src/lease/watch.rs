@@ -12,8 +12,9 @@
 //! One watcher per handle ([`Watch`]), kept after the wait that started it: a later wait
 //! on the same holder process uses it again, and a waiter that got the lease, timed out or
 //! saw the holder change returns without waking it (it only updates two atomics). The
-//! thread ends when its process exits, when it has been idle (no wait using it) for
-//! [`IDLE`], or when the handle stops it: to watch another process (at the start of a
+//! thread ends when its process exits, when it finds itself idle (no wait has used it for
+//! [`IDLE`]; it looks every [`IDLE`], so it lives up to twice that unused), or when the
+//! handle stops it: to watch another process (at the start of a
 //! wait, never on the way out of one), or when the handle drops. On the 2-core test
 //! machine a watcher per wait, stopped as the woken waiter left, made up most of that
 //! waiter's wake-up latency: the stop (an `eventfd` write) woke the thread on the other,
@@ -121,6 +122,13 @@ impl Cover {
     pub(crate) fn ident(&self) -> &Identity {
         &self.ident
     }
+
+    /// Whether the watcher still runs: not stopped by its handle (to watch another
+    /// process, for another wait) and not ended (its process exited). A wait whose
+    /// watcher stopped needs another.
+    pub(crate) fn live(&self) -> bool {
+        self.users.count.load(Ordering::Acquire) & EXITING == 0
+    }
 }
 
 impl Drop for Cover {
@@ -146,35 +154,30 @@ impl Thread {
 /// What a handle knows of its watcher threads.
 #[derive(Default)]
 struct Threads {
-    /// The process these threads belong to (0 before the first): in a child made by
-    /// `fork` the copies name threads that do not exist there.
-    pid: u32,
     /// The current watcher and the identity it watches.
     current: Option<(Identity, Thread)>,
     /// Stopped watchers not yet joined.
     stopped: Vec<Thread>,
 }
 
-impl Threads {
-    /// In a forked child, forgets the parent's threads: never joined (they do not exist
-    /// here) nor written to (their stop fds are shared with the parent), only this
-    /// process's copies of the fds closed.
-    fn adopt(&mut self, me: u32) {
-        if self.pid == me {
-            return;
-        }
-        let current = self.current.take().map(|(_, t)| t);
-        for t in current.into_iter().chain(std::mem::take(&mut self.stopped)) {
-            drop(t.stop);
-            std::mem::forget(t.handle);
-        }
-        self.pid = me;
-    }
+/// A lease handle's death watcher (see the module docs).
+pub(crate) struct Watch {
+    /// The process that made the handle. In a child made by `fork` the copy is never used:
+    /// its threads do not exist there, and its lock may have been copied while another
+    /// thread of the parent held it (locking it would wait forever), so the child's waits
+    /// poll instead.
+    pid: u32,
+    threads: Mutex<Threads>,
 }
 
-/// A lease handle's death watcher (see the module docs).
-#[derive(Default)]
-pub(crate) struct Watch(Mutex<Threads>);
+impl Default for Watch {
+    fn default() -> Self {
+        Watch {
+            pid: cxc_mmf::identity::current_pid(),
+            threads: Mutex::default(),
+        }
+    }
+}
 
 impl std::fmt::Debug for Watch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -188,9 +191,10 @@ impl Watch {
     /// (stopping one that watches another process). `None` if there is none (the caller
     /// polls more often).
     pub(crate) fn cover(&self, state: &LeaseState, ident: Identity, start: bool) -> Option<Cover> {
-        let me = cxc_mmf::identity::current_pid();
-        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        g.adopt(me);
+        if cxc_mmf::identity::current_pid() != self.pid {
+            return None;
+        }
+        let mut g = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((id, t)) = &g.current
             && *id == ident
             && !t.handle.is_finished()
@@ -205,6 +209,8 @@ impl Watch {
             return None;
         }
         if let Some((_, t)) = g.current.take() {
+            // Waits still using it see it stopped (`Cover::live`) and move on.
+            t.users.count.fetch_or(EXITING, Ordering::AcqRel);
             t.signal_stop();
             g.stopped.push(t);
         }
@@ -229,9 +235,8 @@ impl Watch {
 
     /// Stops and joins every thread (the handle is dropping; they read its mapping).
     pub(crate) fn join_all(&mut self) {
-        let me = cxc_mmf::identity::current_pid();
-        let g = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
-        g.adopt(me);
+        let ours = cxc_mmf::identity::current_pid() == self.pid;
+        let g = self.threads.get_mut().unwrap_or_else(|e| e.into_inner());
         let threads: Vec<Thread> = g
             .current
             .take()
@@ -239,6 +244,17 @@ impl Watch {
             .into_iter()
             .chain(std::mem::take(&mut g.stopped))
             .collect();
+        if !ours {
+            // A forked child's copy: those threads are the parent's and do not exist here
+            // (joining one would wait forever); forget them, and close this process's
+            // copies of their stop fds without writing them (the parent's threads read
+            // the same eventfds).
+            for t in threads {
+                drop(t.stop);
+                std::mem::forget(t.handle);
+            }
+            return;
+        }
         for t in &threads {
             t.signal_stop();
         }
