@@ -627,8 +627,8 @@ fn failover_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     md.push_str(
         "The holder process is SIGKILLed while a second process is blocked waiting; latency \
          is from just before `kill` to the waiter's lock call returning. `lease_os`: the \
-         holder claimed for its own pid, the waiter sees the OS identity (pid + start time) \
-         die. `lease_heartbeat`: the holder claimed for a pid that is not its own and beats \
+         holder claimed for its own pid, the waiter sees its OS identity (pidfs inode, else \
+         pid + start time) die. `lease_heartbeat`: the holder claimed for a pid that is not its own and beats \
          with clock epochs; the claim still names the process that made it \
          (`docs/owner-lease.md`, Identity), so the waiter sees that process die too, as in \
          `lease_os` (staleness would take the grace).",
