@@ -314,7 +314,15 @@ fn lease_holder_that_released_and_reclaimed_then_died_is_taken_over_promptly() {
             continue;
         }
         std::thread::sleep(Duration::from_millis(40));
-        assert!(a.try_recv().is_err(), "A returned while the lease was held");
+        if let Ok((_, got)) = a.try_recv() {
+            // A took the lease between the release and the re-claim, and released it at
+            // once (`blocked_waiter`), so the holder's re-claim found it vacant: A won the
+            // handoff after all; nothing to measure this round.
+            assert!(got, "A returned without the lease while the holder held it");
+            lost_race += 1;
+            h.kill();
+            continue;
+        }
         let killed = Instant::now();
         sigkill(h.pid());
         let (at, got) = a.recv_timeout(Duration::from_secs(10)).expect("A returns");
