@@ -298,7 +298,7 @@ mod asyncs {
         let sem = SharedSemaphore::open(path_arg("path")).unwrap();
         let n = sem.available();
         let permits: Vec<_> = (0..n).map(|_| sem.try_acquire().unwrap()).collect();
-        report(&format!("held={}", permits.len()));
+        report(format!("held={}", permits.len()));
         park();
     }
 
@@ -392,7 +392,7 @@ fn role_hb_worker() {
     for b in FailoverWatchdog::iter_in_flight_bits(bits) {
         assert!(t.mark_in_flight(slot, b));
     }
-    report(&format!("slot={slot}"));
+    report(format!("slot={slot}"));
     loop {
         t.beat(slot);
         std::thread::sleep(Duration::from_millis(1));
@@ -575,7 +575,7 @@ mod fork {
             // SAFETY: as above.
             unsafe { libc::_exit(0) };
         }
-        report(&format!("forked={pid}"));
+        report(format!("forked={pid}"));
         let mut status = 0;
         // SAFETY: waitpid(2) of our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -585,7 +585,7 @@ mod fork {
         } else {
             -1
         };
-        report(&format!("status={code}"));
+        report(format!("status={code}"));
     }
 
     fn forked_child_awaits(warm: bool) -> i64 {

@@ -19,10 +19,7 @@ pub use semaphore::AcquireFuture;
 /// Async waiters registered with this process's reactor right now (diagnostics: after
 /// every future completed or was dropped, this is 0).
 pub fn async_waiters() -> usize {
-    match reactor::REACTOR.get() {
-        Some(r) => r.waiters(),
-        None => 0,
-    }
+    reactor::running().map_or(0, |r| r.waiters())
 }
 
 /// Runs a future to completion on the current thread (a minimal executor: the waker

@@ -20,10 +20,13 @@
 //!
 //! A waiter is woken alone: it polls, and either makes progress (and leaves its group) or
 //! re-arms. A waiter dropped while in flight hands the turn to the next one.
+//!
+//! A child made by `fork` starts a reactor of its own on its first wait (see [`reactor`]):
+//! the parent's threads do not exist there.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -105,23 +108,67 @@ struct Groups {
 }
 
 pub(crate) struct Reactor {
+    /// The process whose reactor this is (its threads exist only there).
+    pid: u32,
     groups: Mutex<Groups>,
     /// The reactor's own futex word (process-private): bumped to make it look again.
     bell: AtomicU32,
     epoll: Option<std::os::fd::OwnedFd>,
 }
 
-pub(crate) static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
+/// This process's reactor, once started (never freed). A child made by `fork` inherits the
+/// pointer but not the threads (nor, safely, the lock, which a parent thread may have held
+/// at the fork): it starts a reactor of its own, see [`reactor`].
+static REACTOR: AtomicPtr<Reactor> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The process's reactor, started on first use.
+/// This process's reactor, if it has started one.
+pub(crate) fn running() -> Option<&'static Reactor> {
+    let p = REACTOR.load(Ordering::Acquire);
+    // SAFETY: a non-null `REACTOR` points to a leaked `Reactor` (never freed), also in a
+    // forked child (the memory is copied).
+    let r = unsafe { p.as_ref() }?;
+    (r.pid == cxc_mmf::identity::current_pid()).then_some(r)
+}
+
+/// The process's reactor, started on first use (and again in a child made by `fork`,
+/// whose copy of the parent's has no threads).
 pub(crate) fn reactor() -> &'static Reactor {
-    REACTOR.get_or_init(|| {
+    match running() {
+        Some(r) => r,
+        None => start(),
+    }
+}
+
+#[cold]
+fn start() -> &'static Reactor {
+    let me = cxc_mmf::identity::current_pid();
+    loop {
+        let old = REACTOR.load(Ordering::Acquire);
+        // SAFETY: as in `running`.
+        if let Some(r) = unsafe { old.as_ref() }
+            && r.pid == me
+        {
+            return r;
+        }
         let epoll = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC).ok();
-        let r: &'static Reactor = Box::leak(Box::new(Reactor {
+        let new = Box::into_raw(Box::new(Reactor {
+            pid: me,
             groups: Mutex::new(Groups::default()),
             bell: AtomicU32::new(0),
             epoll,
         }));
+        // Lock-free publication (a lock could be held across `fork` by another thread);
+        // only the winner starts threads, the loser frees its unused reactor.
+        if REACTOR
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // SAFETY: `new` was never published, so nothing else refers to it.
+            drop(unsafe { Box::from_raw(new) });
+            continue;
+        }
+        // SAFETY: published and never freed from now on.
+        let r: &'static Reactor = unsafe { &*new };
         std::thread::Builder::new()
             .name("cxc-async-reactor".into())
             .spawn(move || r.run())
@@ -132,8 +179,8 @@ pub(crate) fn reactor() -> &'static Reactor {
                 .spawn(move || r.watch_deaths())
                 .expect("spawn the cxc death-watch thread");
         }
-        r
-    })
+        return r;
+    }
 }
 
 impl Reactor {
