@@ -11,11 +11,11 @@
 //! | claim identity          | the pid given to [`MmapLease::new`]        | the handle's etcd session (an etcd lease)    |
 //! | generation              | claim counter, +1 per handover             | the holding contender key's create revision  |
 //! | failover                | stale heartbeat (grace) or dead pid        | session TTL expiry                           |
-//! | fenced write            | one CAS on the claim word                  | a transaction comparing the contender key and the value's version |
+//! | fenced write            | a WRITE CAS, then one publication CAS that succeeds only if the claim is current | a transaction comparing the contender key and the value's version |
 //!
 //! | trait method            | [`SharedSemaphore`]                        | `cxc_etcd::EtcdSemaphore`                    |
 //! |-------------------------|--------------------------------------------|----------------------------------------------|
-//! | [`PermitPool::give`]    | returns any permit; refused at `max`       | returns one this handle took; else refused   |
+//! | [`PermitPool::give`]    | returns a permit this process holds, else a handed-off one; refused otherwise or at `max` | returns one this handle took; else refused   |
 //! | crash recovery          | dead pid's permits (like `SEM_UNDO`)       | dead session's holder keys expire (TTL)      |
 
 use std::convert::Infallible;
@@ -209,8 +209,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for MmapLea
 }
 
 /// The pool is the whole semaphore: a taken permit is `mem::forget`-ed and
-/// [`give`](PermitPool::give) is [`SharedSemaphore::release`], so any handle may return
-/// any permit, and a give with all permits free is refused. Permits taken through the
+/// [`give`](PermitPool::give) is [`SharedSemaphore::release`]: it returns a permit this process
+/// holds (through any of its handles), else one handed off with `Permit::disown`; a give
+/// by a process that holds none, or with all permits free, is refused. Permits taken through the
 /// trait still count as held by this process, so they are reclaimed if it dies.
 #[cfg(not(cxc_loom))]
 impl PermitPool for SharedSemaphore {

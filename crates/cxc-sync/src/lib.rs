@@ -7,7 +7,8 @@
 //!   id) and whether the process is still alive (re-exported from `cxc_mmf::identity`).
 //! - [`SeqLock`] / [`SharedCell`]: a sequence lock (readers never block, never see a torn
 //!   value; a stalled or dead writer never exposes its bytes nor wedges the lock), on the
-//!   heap or in a file of its own; built on the lease's protocol.
+//!   heap or in a file of its own, with its own protocol (per-thread writer slots, one
+//!   CAS per write).
 //! - [`SharedSemaphore`]: a counting semaphore with crash recovery (like `SEM_UNDO`).
 //! - [`SharedRwLock`]: a reader-writer lock (writer preference) surviving dead readers
 //!   and dead or stopped writers.

@@ -2,7 +2,7 @@
 //! [`HeartbeatSlot`] per worker, and the bit encodings of the slot words.
 //!
 //! Offsets are relative to the start of the block (the file header is 128 bytes, so the
-//! head starts at file offset 128 and slot `i` at `128 + 192 + 64 * i`). `docs/heartbeat.md`
+//! head starts at file offset 128 and slot `i` at `128 + 2880 + 64 * i`). `docs/heartbeat.md`
 //! has the same table.
 //!
 //! # Slot words

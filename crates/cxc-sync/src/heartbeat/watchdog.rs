@@ -50,7 +50,8 @@ struct ScanState {
 /// reports every registered slot with a non-zero in-flight bitmap that
 /// - missed STRICTLY more than `grace` epochs (`lag == grace` is alive), or
 /// - is fenced (declared dead earlier, or unregistered with bits left), or
-/// - belongs to a process the OS says is gone (pid + start time recorded at `register`).
+/// - belongs to a process the OS says is gone (the full identity recorded at `register`:
+///   pidfs inode, or pid + start time on the fallback path, with boot id and pid namespace).
 ///
 /// Act on a report with [`reclaim`](Self::reclaim) (fence the slot and take all its bits,
 /// exactly once even with several watchdogs) or, as in the seed,
@@ -88,7 +89,7 @@ impl<'a> FailoverWatchdog<'a> {
     /// Sets the minimum time between two OS-identity passes (default 10 ms). A scan that
     /// comes at least this long after the previous pass checks, for every busy slot
     /// within grace whose heartbeat did not move since that pass, whether its process
-    /// still exists (pid + start time). `Duration::ZERO` checks on every scan;
+    /// still exists (its recorded identity). `Duration::ZERO` checks on every scan;
     /// `Duration::MAX` never (staleness only).
     pub fn with_os_check_interval(mut self, interval: Duration) -> Self {
         self.os_interval = interval;
@@ -114,7 +115,8 @@ impl<'a> FailoverWatchdog<'a> {
     ///
     /// Cost: two atomic loads per slot without in-flight bits, four for a busy slot
     /// within grace. At most once per OS-check interval (default 10 ms) the scan also
-    /// reads `/proc/<pid>/stat` (allocation-free) for each busy slot with a recorded
+    /// asks the OS (`pidfd_open` + `fstat` + `poll`, or `/proc/<pid>/stat` on the fallback
+    /// path; allocation-free either way) about each busy slot with a recorded
     /// identity whose heartbeat did not move since the previous such pass. Nothing is
     /// allocated unless a dead slot is found.
     pub fn scan(&self) -> ReclaimReport {

@@ -17,7 +17,7 @@
 //! A slot is never rewritten while anything refers to it: the current claim word, or a
 //! quarantine record of a buffer in quarantine. So a claim, or a quarantined buffer,
 //! always names the process that made it, and a full table can only refuse new claimants
-//! (with an error), never make a dead holder look alive or a live one dead.
+//! (no claim: `false` or `None`, or a wait for a slot), never make a dead holder look alive or a live one dead.
 
 use crate::liveness::Liveness;
 use crate::payload::BufferFields;

@@ -1,7 +1,7 @@
 //! The on-file structs: the 3456-byte head block and the 64-byte holder slots.
 //!
 //! Offsets are relative to the start of the block (the head starts at byte 128 of the
-//! file, after the cxc header; slot `i` at `128 + 768 + 64 * i`). The normative table is
+//! file, after the cxc header; slot `i` at `128 + 3456 + 64 * i`). The normative table is
 //! in `docs/shared-rwlock.md`.
 //!
 //! | offset | field      | type           | meaning                                      |

@@ -1,7 +1,7 @@
-//! The on-file structs: the 192-byte head block and the 64-byte holder slots.
+//! The on-file structs: the 2880-byte head block and the 64-byte holder slots.
 //!
 //! Offsets are relative to the start of the block (the head block starts at byte 128 of
-//! the file, after the cxc header; slot `i` at `128 + 192 + 64 * i`). The normative table
+//! the file, after the cxc header; slot `i` at `128 + 2880 + 64 * i`). The normative table
 //! is in `docs/shared-semaphore.md`.
 //!
 //! | offset | field       | type          | meaning                                     |
@@ -12,6 +12,8 @@
 //! | 16     | `handed`    | `u64`         | handed book (`word::BookWord`): permits disowned, not yet released |
 //! | 24     | reserved    | `[u64; 5]`    | 0                                           |
 //! | 64     | `counters`  | `[u64; 16]`   | cumulative event counters (`ctr::*`)        |
+//! | 192    | `handshake` | 64 bytes      | shared strategy (`cxc_sidecar::HandshakeHeader`) |
+//! | 256    | `ring`      | 2624 bytes    | observation ring (`cxc_sidecar::ObservationRing`) |
 //!
 //! Slot: `owner: u64` at 0 (`word::owner_word`: pid and identity tag), `book: u64` at 8
 //! (`word::BookWord`), 48 reserved bytes, so each process's book sits on its own cache
