@@ -1,4 +1,4 @@
-//! `cxc create lease|sem|heartbeat PATH [options]`.
+//! `cxc create lease|sem|heartbeat|cell|rwlock PATH [options]`.
 
 use std::path::PathBuf;
 use std::time::Duration;

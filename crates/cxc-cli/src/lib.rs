@@ -5,7 +5,7 @@
 //! - [`load`] reads and validates a file into a [`View`]; [`render::text`] and
 //!   [`render::json`] draw it; [`watch`] redraws it in place.
 //! - [`CliError`] and the exit codes ([`EXIT_ERROR`], [`EXIT_TIMEOUT`],
-//!   [`EXIT_LEASE_LOST`]) shared with the binary.
+//!   [`EXIT_LEASE_LOST`], [`EXIT_NOT_FOUND`], [`EXIT_CANNOT_EXEC`]) shared with the binary.
 #![forbid(unsafe_code)]
 
 mod error;

@@ -1,8 +1,9 @@
 //! The `cxc` command: see and use cxc primitives from the shell.
 //!
-//! Exit codes: the command's own code for `lease run`/`sem run`; 1 when `--wait` ran out;
-//! 2 for usage errors and bad files; 75 when `lease run` lost the lease while the command
-//! ran (the command was terminated).
+//! Exit codes: the command's own code for `lease run`/`sem run`/`rwlock run`/`elect`; 1
+//! (or `-E N`) when `--wait` ran out or `-n` found the claim taken; 2 for usage errors and
+//! bad files; 126/127 when the command could not be run/found; 75 when the lease, the
+//! write lock or the term was lost while the command ran (the command was terminated).
 #![forbid(unsafe_code)]
 
 mod create;

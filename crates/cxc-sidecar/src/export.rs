@@ -1,6 +1,6 @@
 //! Export of the sidecar's view through the [`metrics`] facade (feature `metrics`).
 //!
-//! After every poll of an instance, with labels `kind` (lease, heartbeat, semaphore) and
+//! After every poll of an instance, with labels `kind` (lease, heartbeat, semaphore, cell, rwlock) and
 //! `instance` (its name):
 //!
 //! | metric | type | value |

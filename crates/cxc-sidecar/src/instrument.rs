@@ -55,7 +55,7 @@ pub struct Instruments<'a> {
 /// A primitive handle with [`Instruments`]. Every `Instrumented` type that is
 /// `Send + Sync + 'static` is an [`AdaptiveInstance`] (its ring, handshake, counters and observed switch are the
 /// instruments'), and gets [`note`](Self::note) and [`bump`](Self::bump), so the lease,
-/// the heartbeat table and the semaphore share one implementation of each.
+/// the heartbeat table, the semaphore and the rwlock share one implementation of each.
 pub trait Instrumented {
     /// Which primitive this is.
     fn kind(&self) -> Kind;

@@ -81,7 +81,7 @@ pub enum OpCode {
     /// Holder slots of dead processes were reclaimed (their read holds dropped). `arg`:
     /// the number of slots.
     RwReclaim,
-    /// A write, beat or unlock of an evicted writer was refused. `arg`: its token.
+    /// A read, write, beat or unlock of an evicted writer was refused. `arg`: its token.
     RwStaleRejected,
 
     /// A code this build does not know (written by a newer build or a test).
