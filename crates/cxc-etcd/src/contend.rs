@@ -12,8 +12,20 @@
 //!   `concurrency.Mutex::TryLock` does), fenced by its create revision, and the first
 //!   key looked at once more in the same step.
 //! - **wait**: a blocked contender watches the first key for its deletion (release,
-//!   resignation or session expiry), then attempts again.
+//!   resignation or session expiry), then attempts again. A request that fails on the
+//!   way (a hung or lost member) is tried again, on the next member, until the caller's
+//!   timeout; the wait gives up early only when as many requests in a row failed as
+//!   there are members.
+//! - **unknown outcome**: an attempt whose request timed out (or failed after it was
+//!   sent) may still be applied later, and its put would then create our key on a
+//!   session that is kept alive: a contender nobody knows of, first once the others
+//!   leave. So the session is ended at once (revoked: the late put then fails, or its
+//!   key goes with the session), unless the handle holds the claim on it — then the key
+//!   exists, a late attempt cannot create it, and the session is ended when the claim
+//!   is released instead (a late attempt could otherwise re-create the key after that).
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
@@ -22,7 +34,8 @@ use crate::conn::{Etcd, key_str};
 use crate::error::EtcdError;
 use crate::session::Session;
 use crate::txn::{
-    check_name, exists_as, fenced, fenced_delete, first_created, lease_not_found, nth_get, revision,
+    check_name, exists_as, fenced, fenced_delete, first_created, lease_not_found, nth_get,
+    outcome_unknown, revision, worth_retrying,
 };
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
@@ -33,6 +46,12 @@ pub(crate) struct Contender {
     pub(crate) session: Session,
     /// `N/`: the contender prefix.
     prefix: Vec<u8>,
+    /// `(session, create revision)` of our key while an attempt found it first (cleared
+    /// when it is withdrawn).
+    held: Mutex<Option<(i64, i64)>>,
+    /// A session (0: none) on which an attempt's outcome is unknown while the handle
+    /// held the claim: ended when that claim is withdrawn.
+    tainted: AtomicI64,
 }
 
 /// Our key is first: its create revision and session, and the transaction's response
@@ -65,6 +84,8 @@ impl Contender {
             etcd: etcd.clone(),
             session: Session::new(etcd, etcd.options().keep_alive),
             prefix: format!("{name}/").into_bytes(),
+            held: Mutex::new(None),
+            tainted: AtomicI64::new(0),
         })
     }
 
@@ -114,7 +135,34 @@ impl Contender {
         op: &'static str,
         (session, created): (i64, i64),
     ) -> Result<bool, EtcdError> {
-        fenced_delete(&self.etcd, op, &self.key_of(session), created)
+        let gone = fenced_delete(&self.etcd, op, &self.key_of(session), created)?;
+        {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if *held == Some((session, created)) {
+                *held = None;
+            }
+        }
+        if self
+            .tainted
+            .compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // An attempt on this session whose outcome is unknown may still put our key
+            // again: end the session (see the module's "unknown outcome").
+            self.session.expired(session);
+        }
+        Ok(gone)
+    }
+
+    /// After an attempt on `session` whose outcome is unknown: end the session unless
+    /// the handle holds the claim on it (then end it at the release).
+    fn unknown_outcome(&self, session: i64) {
+        let held = *self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.is_some_and(|(s, _)| s == session) && self.session.alive(session) {
+            self.tainted.store(session, Ordering::Release);
+        } else {
+            self.session.expired(session);
+        }
     }
 
     /// Whether the key of `session` still exists with create revision `created`:
@@ -174,7 +222,15 @@ impl Contender {
             .when([Compare::create_revision(mine.clone(), CompareOp::Equal, 0)])
             .and_then(then)
             .or_else(otherwise);
-        let resp = self.etcd.txn(op, &mine, txn)?;
+        let resp = match self.etcd.txn(op, &mine, txn) {
+            Ok(resp) => resp,
+            Err(e) => {
+                if outcome_unknown(&e) {
+                    self.unknown_outcome(session);
+                }
+                return Err(e);
+            }
+        };
         let rev = revision(&resp, op, &mine)?;
         let protocol = |detail| EtcdError::Protocol {
             op,
@@ -195,6 +251,7 @@ impl Contender {
         };
         let first = nth_get(&resp, base).ok_or(protocol("no contender key in a transaction"))?;
         if first.created == created {
+            *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some((session, created));
             return Ok(Ok(First {
                 created,
                 session,
@@ -234,19 +291,23 @@ impl Contender {
     }
 
     /// Attempts with `attempt` until it is first (`Some`) or `timeout` passes (`None`),
-    /// waiting on a watch of the first key for its deletion in between.
+    /// waiting on a watch of the first key for its deletion in between. A failed attempt
+    /// is tried again (see [`Retries`]).
     pub(crate) fn wait_first<T>(
         &self,
         timeout: Duration,
         mut attempt: impl FnMut() -> Result<Result<T, Held>, EtcdError>,
     ) -> Result<Option<T>, EtcdError> {
         let deadline = Instant::now().checked_add(timeout);
+        let mut retries = Retries::new(&self.etcd);
         loop {
-            let held = match attempt()? {
-                Ok(won) => return Ok(Some(won)),
-                Err(held) => held,
-            };
+            let outcome = attempt();
             let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
+            let held = match retries.judge(outcome, left)? {
+                Some(Ok(won)) => return Ok(Some(won)),
+                Some(Err(held)) => held,
+                None => continue,
+            };
             if left.is_zero() {
                 return Ok(None);
             }
@@ -261,6 +322,50 @@ impl Contender {
                 held.rev + 1,
                 left.min(MAX_WAIT),
             );
+        }
+    }
+}
+
+/// The retry rule of a blocked wait: a request that failed with a timeout or a transport
+/// error is tried again (the next request goes to the next member) until the caller's
+/// deadline, or until as many requests in a row failed as there are members (then
+/// no member answers: the error is the wait's result).
+pub(crate) struct Retries {
+    members: usize,
+    failed_in_row: usize,
+}
+
+/// Pause before trying again after a request failed at once (refused, reset).
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+impl Retries {
+    pub(crate) fn new(etcd: &Etcd) -> Self {
+        Retries {
+            members: etcd.members().len(),
+            failed_in_row: 0,
+        }
+    }
+
+    /// `Ok(Some(v))` for an answer, `Ok(None)` to try again (after a short pause), `Err`
+    /// when the wait must end with the error (`left`: time left before the deadline).
+    pub(crate) fn judge<V>(
+        &mut self,
+        outcome: Result<V, EtcdError>,
+        left: Duration,
+    ) -> Result<Option<V>, EtcdError> {
+        match outcome {
+            Ok(v) => {
+                self.failed_in_row = 0;
+                Ok(Some(v))
+            }
+            Err(e) => {
+                self.failed_in_row += 1;
+                if !worth_retrying(&e) || left.is_zero() || self.failed_in_row > self.members {
+                    return Err(e);
+                }
+                std::thread::sleep(RETRY_PAUSE.min(left));
+                Ok(None)
+            }
         }
     }
 }

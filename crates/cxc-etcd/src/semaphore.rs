@@ -8,6 +8,7 @@
 //! |------------------------------|----------------|-------------------|----------------------|
 //! | `N/max`                      | `max_permits`  | nothing           | the pool's size      |
 //! | `N/holders/<session>-<seq>`  | holder tag     | holder's session  | one permit taken     |
+//! | `N/cancel/<session>-<seq>`   | empty          | holder's session  | take `<seq>` cancelled |
 //!
 //! - **take**: read the number of holder keys and the store revision `R` (one
 //!   count-only range request); if fewer than `max`, `txn(mod_revision(N/holders/*) < R+1)
@@ -15,7 +16,16 @@
 //!   prefix: it fails if *any* holder key was created after `R`, so two takers that both
 //!   counted `max - 1` cannot both succeed (the second sees the first's key). A key
 //!   deleted after `R` only lowers the count, which is safe. On a failed compare, count
-//!   again.
+//!   again. The take also requires that its cancel key `N/cancel/<session>-<seq>` does
+//!   not exist.
+//! - **unknown outcome of a take** (its request timed out, or failed after it was sent:
+//!   it may still be applied, even much later): `txn(create_revision(N/holders/<s>-<seq>)
+//!   == 0) then put(N/cancel/<s>-<seq>, lease = session) else get(N/holders/<s>-<seq>)`
+//!   settles it. If the holder key is not there, the cancel key now is, so the take can
+//!   never be applied (and if the session is gone, neither can its put); if it is there,
+//!   the take was applied and the permit is the handle's. If even that cannot be
+//!   settled, the session is ended (revoked; its permits are then reported lost), so no
+//!   holder key can outlive the handle's knowledge of it.
 //! - **give**: delete one of this handle's holder keys, fenced by its create revision.
 //! - **recovery**: a holder's keys are deleted by etcd when its session expires.
 //!
@@ -37,7 +47,11 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpR
 use crate::conn::{Etcd, EtcdOptions, KeepAlive, key_str};
 use crate::error::EtcdError;
 use crate::session::{KeepAliveStats, Session};
-use crate::txn::{check_name, exists_as, fenced_delete, holder_tag, lease_not_found, revision};
+use crate::contend::Retries;
+use crate::txn::{
+    check_name, exists_as, fenced_delete, holder_tag, lease_not_found, nth_get, outcome_unknown,
+    revision,
+};
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
 /// How many count-then-take rounds one take attempt makes before it reports contention.
@@ -106,6 +120,8 @@ pub struct EtcdSemaphore {
     session: Session,
     max: u32,
     holders: Vec<u8>,
+    /// `N/cancel/`: the cancel keys of takes whose outcome was unknown.
+    cancels: Vec<u8>,
     /// This handle's permits.
     permits: Mutex<Permits>,
     seq: AtomicU64,
@@ -166,6 +182,7 @@ impl EtcdSemaphore {
             session: Session::new(etcd, KeepAlive::Background),
             max: max_permits,
             holders: format!("{name}/holders/").into_bytes(),
+            cancels: format!("{name}/cancel/").into_bytes(),
             permits: Mutex::new(Permits::default()),
             seq: AtomicU64::new(0),
             tag: holder_tag(),
@@ -268,17 +285,23 @@ impl EtcdSemaphore {
     }
 
     /// Takes a permit, blocking at most `timeout`, and returns it; `Ok(None)` on timeout.
+    /// A request that fails on the way (a hung or lost member) is tried again on the next
+    /// member until `timeout`.
     ///
     /// # Errors
-    /// If the server cannot be reached.
+    /// If no member answers (as many requests in a row failed as there are members), or
+    /// the last request before `timeout` failed.
     pub fn take_permit(&self, timeout: Duration) -> Result<Option<EtcdPermit>, EtcdError> {
         let deadline = Instant::now().checked_add(timeout);
+        let mut retries = Retries::new(&self.etcd);
         loop {
-            let seen = match self.take_once()? {
-                Ok(p) => return Ok(Some(p)),
-                Err(rev) => rev,
-            };
+            let outcome = self.take_once();
             let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
+            let seen = match retries.judge(outcome, left)? {
+                Some(Ok(p)) => return Ok(Some(p)),
+                Some(Err(rev)) => rev,
+                None => continue,
+            };
             if left.is_zero() {
                 return Ok(None);
             }
@@ -372,29 +395,82 @@ impl EtcdSemaphore {
 
     fn put_holder(&self, session: i64, counted_at: i64) -> Result<Option<EtcdPermit>, EtcdError> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let suffix = format!("{session:016x}-{seq}");
         let mut key = self.holders.clone();
-        key.extend_from_slice(format!("{session:016x}-{seq}").as_bytes());
+        key.extend_from_slice(suffix.as_bytes());
+        let mut cancel = self.cancels.clone();
+        cancel.extend_from_slice(suffix.as_bytes());
         let txn = Txn::new()
             .when([
                 Compare::mod_revision(self.holders.clone(), CompareOp::Less, counted_at + 1)
                     .with_prefix(),
+                Compare::version(cancel.clone(), CompareOp::Equal, 0),
             ])
             .and_then([TxnOp::put(
                 key.clone(),
                 self.tag.clone(),
                 Some(PutOptions::new().with_lease(session)),
             )]);
-        let resp = self.etcd.txn("take", &key, txn)?;
-        if !resp.succeeded() {
-            return Ok(None);
-        }
+        let token = match self.etcd.txn("take", &key, txn) {
+            Ok(resp) if !resp.succeeded() => return Ok(None),
+            Ok(resp) => revision(&resp, "take", &key)?,
+            Err(e) if outcome_unknown(&e) => match self.settle(session, &key, cancel, e)? {
+                Some(token) => token,
+                None => return Ok(None),
+            },
+            Err(e) => return Err(e),
+        };
         let permit = EtcdPermit {
-            token: revision(&resp, "take", &key)?,
+            token,
             key,
             session,
         };
         self.permits().held.push(permit.clone());
         Ok(Some(permit))
+    }
+
+    /// Settles a take of `key` on `session` whose outcome is unknown (see the module's
+    /// protocol): `Some(token)` if it was applied, `None` if it never will be. `Err` (the
+    /// take's error `unknown`, or the session's loss) when that cannot be settled; the
+    /// session is then ended.
+    fn settle(
+        &self,
+        session: i64,
+        key: &[u8],
+        cancel: Vec<u8>,
+        unknown: EtcdError,
+    ) -> Result<Option<i64>, EtcdError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.to_vec(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                cancel,
+                Vec::new(),
+                Some(PutOptions::new().with_lease(session)),
+            )])
+            .or_else([TxnOp::get(key.to_vec(), None)]);
+        // One try per member: `run` sends each to the next member after a failure.
+        for _ in 0..self.etcd.members().len() {
+            match self.etcd.txn("take (settle)", key, txn.clone()) {
+                Ok(resp) if resp.succeeded() => return Ok(None),
+                Ok(resp) => {
+                    // The else branch ran: the key existed, and its get (in the same
+                    // transaction) names its create revision. Without it, the answer is
+                    // malformed: not settled.
+                    match nth_get(&resp, 0) {
+                        Some(found) => return Ok(Some(found.created)),
+                        None => break,
+                    }
+                }
+                // The session is gone: the late put fails, or its key went with it.
+                Err(e) if lease_not_found(&e) => {
+                    self.session.expired(session);
+                    return Err(e);
+                }
+                Err(_) => {}
+            }
+        }
+        self.session.expired(session);
+        Err(unknown)
     }
 }
 

@@ -6,7 +6,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 
-use crate::conn::{Etcd, key_str};
+use crate::conn::{Etcd, classify, key_str};
 use crate::error::EtcdError;
 
 /// `host:pid`, stored in the contender and holder keys for people reading etcd.
@@ -43,6 +43,26 @@ pub(crate) fn lease_not_found(e: &EtcdError) -> bool {
         } => s.message().contains("requested lease not found"),
         _ => false,
     }
+}
+
+/// Whether a request that failed with `e` may still be applied (now or later): anything
+/// but a request that never left this process or a refusal of the session lease. A put
+/// in such a request can create a key after the caller gave up on it.
+pub(crate) fn outcome_unknown(e: &EtcdError) -> bool {
+    match e {
+        EtcdError::Timeout { .. } => true,
+        EtcdError::Request { source, .. } => {
+            !lease_not_found(e) && classify(source) != crate::conn::Failure::NotSent
+        }
+        _ => false,
+    }
+}
+
+/// Whether a blocked wait may try again after `e` (the next request goes to another
+/// member: [`Etcd::run`] moved the preference on): a timeout or a failed request, not a
+/// malformed answer or a refused option.
+pub(crate) fn worth_retrying(e: &EtcdError) -> bool {
+    matches!(e, EtcdError::Timeout { .. } | EtcdError::Request { .. })
 }
 
 /// The first key of a prefix by create revision (etcd's `WithFirstCreate`).
