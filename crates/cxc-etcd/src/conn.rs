@@ -17,8 +17,9 @@ pub enum KeepAlive {
     /// so a claim lasts as long as the process (and its link to a quorum of etcd) lives:
     /// failover happens when the process dies or is cut off, after the TTL. Each refresh
     /// has a deadline of a sixth of the TTL per member; a member that misses it (hung,
-    /// unreachable) is skipped at once for the next endpoint, so one hung member delays a
-    /// refresh by at most TTL/6. The analogue of [`OwnerLease`](cxc_sync::OwnerLease)'s
+    /// unreachable) is skipped at once for the next endpoint, so one hung follower delays
+    /// a refresh by at most TTL/6 (a hung leader also by the election of a new one: keep
+    /// the TTL above four election timeouts). The analogue of [`OwnerLease`](cxc_sync::OwnerLease)'s
     /// OS-identity failover.
     #[default]
     Background,

@@ -45,9 +45,9 @@ use cxc_sync::PermitPool;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use crate::conn::{Etcd, EtcdOptions, KeepAlive, key_str};
+use crate::contend::Retries;
 use crate::error::EtcdError;
 use crate::session::{KeepAliveStats, Session};
-use crate::contend::Retries;
 use crate::txn::{
     check_name, exists_as, fenced_delete, holder_tag, lease_not_found, nth_get, outcome_unknown,
     revision,

@@ -22,9 +22,11 @@
 //! A refresh is due every TTL/3 after the last success. Each attempt goes to one member
 //! with a deadline of TTL/6 (never more than the request timeout, never more than half
 //! of what is left before the local deadline); a member that misses it is left for the
-//! next endpoint at once. With one hung member a refresh lands at most
+//! next endpoint at once. With one hung follower a refresh lands at most
 //! TTL/3 + TTL/6 + one round trip after the previous one, half the TTL: the other half is
-//! the margin for scheduling delays and a second failed member.
+//! the margin for scheduling delays and a second failed member. A hung leader adds the
+//! election of a new one (up to twice etcd's election timeout), during which no member
+//! can refresh: the TTL must cover that too (see docs/etcd.md).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
