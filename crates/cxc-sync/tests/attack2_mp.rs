@@ -635,3 +635,62 @@ fn election_leader_whose_main_thread_exited_is_not_replaced() {
         );
     }
 }
+
+const EL_FORK: &str = "election_leadership_copied_by_fork_is_not_current_in_the_child";
+
+/// A forked child's copy of a `Leadership` is not the leader: `is_current` must say so
+/// (as `renew` and `LeaseGuard::is_current` already do), and nothing the child does with
+/// it may end the parent's term. (Found by the Python package's attack tests.)
+#[test]
+fn election_leadership_copied_by_fork_is_not_current_in_the_child() {
+    fn role_leader() {
+        let backend =
+            MmapElection::create_or_open(path_arg("path"), Duration::from_secs(10)).unwrap();
+        let cfg = ElectionConfig::new("forker")
+            .lease_duration(Duration::from_secs(10))
+            .renewal(cxc_sync::Renewal::Progress);
+        let elector = Elector::new(backend, cfg).unwrap();
+        let l = elector
+            .campaign(Duration::from_secs(5))
+            .unwrap()
+            .expect("elected");
+        // SAFETY: the child only makes election calls, reports and `_exit`s.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let current = l.is_current().unwrap_or(true);
+            let renewed = l.renew().is_ok();
+            report(format!("CHILD current={current} renewed={renewed}"));
+            // SAFETY: ends the forked child without the parent's atexit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        report(format!(
+            "PARENT current={} renewed={}",
+            l.is_current().unwrap_or(false),
+            l.renew().is_ok()
+        ));
+    }
+    play_role!(role_leader);
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("e");
+    drop(MmapElection::create_or_open(&path, Duration::from_secs(10)).unwrap());
+    let mut kid = RoleCommand::new(EL_FORK, "leader")
+        .arg("path", &path)
+        .spawn();
+    let reports = kid.finish(CHILD_DEADLINE);
+    let child = fields(reports.iter().find(|l| l.starts_with("CHILD")).unwrap());
+    let parent = fields(reports.iter().find(|l| l.starts_with("PARENT")).unwrap());
+    assert_eq!(
+        (child["current"], child["renewed"]),
+        ("false", "false"),
+        "a forked child's copy of the leadership acted as the leader"
+    );
+    assert_eq!(
+        (parent["current"], parent["renewed"]),
+        ("true", "true"),
+        "the parent's term did not survive its child"
+    );
+}
