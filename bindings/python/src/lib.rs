@@ -10,8 +10,8 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -120,16 +120,40 @@ fn released(what: &str) -> PyErr {
     error("Error", format!("this {what} was already released"))
 }
 
+/// A timeout in seconds: `None` is no limit, a negative one is 0 (do not wait); NaN and
+/// values too large for a `Duration` raise `ValueError`.
 fn duration(secs: Option<f64>) -> PyResult<Option<Duration>> {
     secs.map(|s| {
+        if s.is_nan() {
+            return Err(PyValueError::new_err("invalid timeout: nan"));
+        }
         Duration::try_from_secs_f64(s.max(0.0))
             .map_err(|_| PyValueError::new_err(format!("invalid timeout: {s}")))
     })
     .transpose()
 }
 
+/// A `grace` (a lease duration) in seconds: negative and NaN values raise `ValueError`
+/// (clamped to 0 they would let any process supersede a live holder at once).
+fn grace_duration(secs: f64) -> PyResult<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "invalid grace: {secs} (seconds, at least 0)"
+        )));
+    }
+    Ok(duration(Some(secs))?.unwrap_or_default())
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -220,7 +244,7 @@ impl Lease {
     #[new]
     #[pyo3(signature = (path, *, create = true, grace = 1.0))]
     fn new(py: Python<'_>, path: PathBuf, create: bool, grace: f64) -> PyResult<Self> {
-        let grace = duration(Some(grace))?.unwrap_or_default();
+        let grace = grace_duration(grace)?;
         let lease = py
             .allow_threads(|| {
                 let b = OwnerLease::builder(&path).grace(grace);
@@ -403,7 +427,13 @@ impl LeaseGuard {
 struct Semaphore {
     inner: Arc<SharedSemaphore>,
     path: PathBuf,
+    /// When `try_acquire` last looked for dead holders (rate limit).
+    reclaimed_at: Mutex<Option<Instant>>,
 }
+
+/// How often a failing `try_acquire` looks for dead holders' permits (as a blocked
+/// acquirer does).
+const RECLAIM_EVERY: Duration = Duration::from_millis(20);
 
 impl Semaphore {
     fn acquire_inner(
@@ -456,6 +486,7 @@ impl Semaphore {
         Ok(Semaphore {
             inner: Arc::new(sem),
             path,
+            reclaimed_at: Mutex::new(None),
         })
     }
 
@@ -488,9 +519,31 @@ impl Semaphore {
         }
     }
 
-    /// A permit if one is free now, else `None`.
-    fn try_acquire(&self) -> Option<SemaphorePermit> {
-        HeldPermit::try_acquire(&self.inner).map(SemaphorePermit::new)
+    /// A permit if one is free now, else `None`. When none is free it first returns
+    /// dead holders' permits to the pool (at most every 20 ms per handle, as a blocked
+    /// acquirer does), so a killed holder's permit is found without a blocking call.
+    fn try_acquire(&self, py: Python<'_>) -> Option<SemaphorePermit> {
+        if let Some(p) = HeldPermit::try_acquire(&self.inner) {
+            return Some(SemaphorePermit::new(p));
+        }
+        let due = {
+            let mut at = lock(&self.reclaimed_at);
+            let due = at.is_none_or(|t| t.elapsed() >= RECLAIM_EVERY);
+            if due {
+                *at = Some(Instant::now());
+            }
+            due
+        };
+        if due && py.allow_threads(|| self.inner.reclaim_dead()) > 0 {
+            return HeldPermit::try_acquire(&self.inner).map(SemaphorePermit::new);
+        }
+        None
+    }
+
+    /// Returns the permits of holders that died (their whole process gone) to the pool;
+    /// the number returned. A blocked `acquire` does this by itself.
+    fn reclaim_dead(&self, py: Python<'_>) -> u32 {
+        py.allow_threads(|| self.inner.reclaim_dead())
     }
 
     /// For the coroutine `Semaphore.acquire_async`: a waiter whose Rust future
@@ -854,10 +907,30 @@ impl Wake for WakeTarget {
     }
 }
 
-/// The one thread per process that turns wake-ups into `loop.call_soon_threadsafe`.
+/// The one thread per process that turns wake-ups into `loop.call_soon_threadsafe`, and
+/// the process it belongs to.
+struct Bridge {
+    pid: u32,
+    tx: std::sync::mpsc::Sender<Arc<WakeTarget>>,
+}
+
+/// This process's [`Bridge`]; null until the first wake-up. A child made by `fork`
+/// inherits the parent's pointer but not its thread: it sees another pid and starts a
+/// bridge of its own (lock-free, so no lock a parent thread held at the fork is needed).
+static BRIDGE: AtomicPtr<Bridge> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The sender of this process's wake-up thread (started on first use).
 fn bridge() -> &'static std::sync::mpsc::Sender<Arc<WakeTarget>> {
-    static BRIDGE: OnceLock<std::sync::mpsc::Sender<Arc<WakeTarget>>> = OnceLock::new();
-    BRIDGE.get_or_init(|| {
+    let me = std::process::id();
+    let mut cur = BRIDGE.load(Ordering::Acquire);
+    loop {
+        // SAFETY: a non-null `BRIDGE` comes from `Box::into_raw` below and is never freed
+        // once installed (a replaced one belongs to the parent of a fork: it is leaked).
+        if let Some(b) = unsafe { cur.as_ref() }
+            && b.pid == me
+        {
+            return &b.tx;
+        }
         let (tx, rx) = std::sync::mpsc::channel::<Arc<WakeTarget>>();
         let spawned = std::thread::Builder::new()
             .name("cxc-asyncio-wake".into())
@@ -871,8 +944,19 @@ fn bridge() -> &'static std::sync::mpsc::Sender<Arc<WakeTarget>> {
             // closure, so `send` fails and waiters only complete by their timeout.
             eprintln!("cxc: could not start the asyncio wake-up thread");
         }
-        tx
-    })
+        let new = Box::into_raw(Box::new(Bridge { pid: me, tx }));
+        match BRIDGE.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: `new` was just installed and is never freed (see above).
+            Ok(_) => return &unsafe { &*new }.tx,
+            Err(found) => {
+                // Another thread installed one first: drop ours (its thread ends when the
+                // sender goes) and use theirs.
+                // SAFETY: `new` came from `Box::into_raw` and was never shared.
+                drop(unsafe { Box::from_raw(new) });
+                cur = found;
+            }
+        }
+    }
 }
 
 fn deliver(w: &WakeTarget) {
@@ -1047,8 +1131,59 @@ fn mmap_election_error(e: MmapElectionError, path: &std::path::Path) -> PyErr {
 /// A candidate in the leader election on a lease file (progress-driven renewal).
 #[pyclass(module = "cxc._cxc", name = "Elector", subclass, frozen)]
 struct ElectorHandle {
-    inner: Elector<MmapElection>,
+    inner: Arc<Elector<MmapElection>>,
     path: PathBuf,
+    /// No identity was given: it is `py:PID` of the process that campaigns.
+    default_identity: bool,
+    /// The process that made `inner`.
+    pid: u32,
+    /// A forked child's own elector (default identity only), made on its first use.
+    /// Only a child ever locks it, so no parent thread can hold it across a `fork`.
+    forked: Mutex<Option<(u32, Arc<Elector<MmapElection>>)>>,
+}
+
+/// The elector of election file `path` for `identity` (the file must exist unless
+/// `create`).
+fn open_elector(
+    path: &std::path::Path,
+    create: bool,
+    grace: Duration,
+    identity: String,
+) -> PyResult<Elector<MmapElection>> {
+    let backend = if create {
+        MmapElection::create_or_open(path, grace)
+    } else {
+        OwnerLease::builder(path)
+            .open::<LeaderRecord>()
+            .map_err(MmapElectionError::from)
+            .and_then(|l| MmapElection::new(l, grace))
+    }
+    .map_err(|e| mmap_election_error(e, path))?;
+    let config = ElectionConfig::new(identity).lease_duration(grace);
+    Elector::new(backend, config).map_err(|e| election_error(e, path))
+}
+
+impl ElectorHandle {
+    /// This process's elector: in a forked child of the process that made the handle,
+    /// with a default identity, one of its own (named `py:<its pid>`).
+    fn elector(&self, py: Python<'_>) -> PyResult<Arc<Elector<MmapElection>>> {
+        let me = std::process::id();
+        if !self.default_identity || me == self.pid {
+            return Ok(self.inner.clone());
+        }
+        let mut forked = lock(&self.forked);
+        if let Some((pid, e)) = forked.as_ref()
+            && *pid == me
+        {
+            return Ok(e.clone());
+        }
+        let grace = self.inner.config().lease_duration;
+        let e = Arc::new(
+            py.allow_threads(|| open_elector(&self.path, false, grace, format!("py:{me}")))?,
+        );
+        *forked = Some((me, e.clone()));
+        Ok(e)
+    }
 }
 
 #[pymethods]
@@ -1062,29 +1197,24 @@ impl ElectorHandle {
         grace: f64,
         identity: Option<String>,
     ) -> PyResult<Self> {
-        let grace = duration(Some(grace))?.unwrap_or_default();
-        let identity = identity.unwrap_or_else(|| format!("py:{}", std::process::id()));
+        let grace = grace_duration(grace)?;
+        let default_identity = identity.is_none();
+        let pid = std::process::id();
+        let identity = identity.unwrap_or_else(|| format!("py:{pid}"));
         if identity.is_empty() || identity.len() > IDENTITY_MAX {
             return Err(PyValueError::new_err(format!(
                 "the identity must be 1 to {IDENTITY_MAX} bytes, got {}",
                 identity.len()
             )));
         }
-        let backend = py
-            .allow_threads(|| {
-                if create {
-                    MmapElection::create_or_open(&path, grace)
-                } else {
-                    OwnerLease::builder(&path)
-                        .open::<LeaderRecord>()
-                        .map_err(MmapElectionError::from)
-                        .and_then(|l| MmapElection::new(l, grace))
-                }
-            })
-            .map_err(|e| mmap_election_error(e, &path))?;
-        let config = ElectionConfig::new(identity).lease_duration(grace);
-        let inner = Elector::new(backend, config).map_err(|e| election_error(e, &path))?;
-        Ok(ElectorHandle { inner, path })
+        let inner = py.allow_threads(|| open_elector(&path, create, grace, identity))?;
+        Ok(ElectorHandle {
+            inner: Arc::new(inner),
+            path,
+            default_identity,
+            pid,
+            forked: Mutex::new(None),
+        })
     }
 
     /// The file's path.
@@ -1095,8 +1225,8 @@ impl ElectorHandle {
 
     /// This candidate's identity (shown to observers).
     #[getter]
-    fn identity(&self) -> String {
-        self.inner.config().identity.clone()
+    fn identity(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.elector(py)?.config().identity.clone())
     }
 
     /// The lease duration in seconds: a leader that does not renew within it is replaced.
@@ -1111,13 +1241,14 @@ impl ElectorHandle {
     fn campaign(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<LeadershipHandle> {
         let t = duration(timeout)?;
         let deadline = t.map(|t| Instant::now() + t);
+        let elector = self.elector(py)?;
         loop {
             let left = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
             };
             let won = py
-                .allow_threads(|| self.inner.campaign(left))
+                .allow_threads(|| elector.campaign(left))
                 .map_err(|e| election_error(e, &self.path))?;
             if let Some(l) = won {
                 return Ok(LeadershipHandle::new(l, &self.path));
@@ -1131,9 +1262,9 @@ impl ElectorHandle {
 
     /// The `Leadership` if this candidate wins without waiting (nobody leads, or the
     /// leader died or stopped renewing), else `None`.
-    fn try_campaign(&self) -> PyResult<Option<LeadershipHandle>> {
+    fn try_campaign(&self, py: Python<'_>) -> PyResult<Option<LeadershipHandle>> {
         let won = self
-            .inner
+            .elector(py)?
             .campaign(Duration::ZERO)
             .map_err(|e| election_error(e, &self.path))?;
         Ok(won.map(|l| LeadershipHandle::new(l, &self.path)))
@@ -1160,7 +1291,9 @@ impl ElectorHandle {
 /// A won term; a context manager that steps down on exit.
 #[pyclass(module = "cxc._cxc", name = "Leadership", frozen)]
 struct LeadershipHandle {
-    inner: Mutex<Option<Leadership<MmapElection>>>,
+    /// Shared by `is_current`, `renew` and `wait_lost` (taken without the GIL, so a
+    /// thread in `wait_lost` never stalls the others); `step_down` takes it.
+    inner: RwLock<Option<Leadership<MmapElection>>>,
     token: u64,
     path: PathBuf,
 }
@@ -1170,7 +1303,7 @@ impl LeadershipHandle {
         LeadershipHandle {
             token: l.token(),
             path: path.to_path_buf(),
-            inner: Mutex::new(Some(l)),
+            inner: RwLock::new(Some(l)),
         }
     }
 
@@ -1192,19 +1325,20 @@ impl LeadershipHandle {
 
     /// Whether this term still leads: not lost, renewed within the lease duration, and
     /// current in the file.
-    fn is_current(&self) -> PyResult<bool> {
-        match lock(&self.inner).as_ref() {
-            Some(l) => l.is_current().map_err(|e| election_error(e, &self.path)),
+    fn is_current(&self, py: Python<'_>) -> PyResult<bool> {
+        py.allow_threads(|| match read(&self.inner).as_ref() {
+            Some(l) => l.is_current(),
             None => Ok(false),
-        }
+        })
+        .map_err(|e| election_error(e, &self.path))
     }
 
     /// Renews the term (the work loop's proof of progress): call it at least once per
     /// lease duration. Raises `LostError` once the term is over (superseded, not renewed
     /// in time, or stepped down).
-    fn renew(&self) -> PyResult<()> {
-        match lock(&self.inner).as_ref() {
-            Some(l) => l.renew().map_err(|e| election_error(e, &self.path)),
+    fn renew(&self, py: Python<'_>) -> PyResult<()> {
+        match py.allow_threads(|| read(&self.inner).as_ref().map(|l| l.renew())) {
+            Some(r) => r.map_err(|e| election_error(e, &self.path)),
             None => Err(self.stepped_down_error()),
         }
     }
@@ -1220,7 +1354,7 @@ impl LeadershipHandle {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
             };
-            let lost = py.allow_threads(|| match lock(&self.inner).as_ref() {
+            let lost = py.allow_threads(|| match read(&self.inner).as_ref() {
                 Some(l) => l.wait_lost(left),
                 None => Ok(true),
             });
@@ -1236,8 +1370,10 @@ impl LeadershipHandle {
 
     /// Ends the term now so a standby can lead at once. Raises `LostError` if the term
     /// was already over; a second call does nothing.
-    fn step_down(&self) -> PyResult<()> {
-        let Some(l) = lock(&self.inner).take() else {
+    fn step_down(&self, py: Python<'_>) -> PyResult<()> {
+        // (Without the GIL: a `wait_lost` in another thread may hold the lock for one
+        // slice.)
+        let Some(l) = py.allow_threads(|| write(&self.inner).take()) else {
             return Ok(());
         };
         // `Leadership::step_down` reports `Lost` only for a term known lost; a term past
@@ -1259,7 +1395,7 @@ impl LeadershipHandle {
     /// Whether `step_down()` was called (or the `with` block left).
     #[getter]
     fn stepped_down(&self) -> bool {
-        lock(&self.inner).is_none()
+        read(&self.inner).is_none()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -1269,11 +1405,12 @@ impl LeadershipHandle {
     /// Steps down; a lost term raises `LostError` unless an exception is propagating.
     fn __exit__(
         &self,
+        py: Python<'_>,
         exc_type: Option<&Bound<'_, PyAny>>,
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let r = self.step_down();
+        let r = self.step_down(py);
         if exc_type.is_none_or(|t| t.is_none()) {
             r?;
         }

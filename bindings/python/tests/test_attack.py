@@ -3,8 +3,9 @@ guards, permits, registrations and terms; SIGKILL / SIGSTOP of holders; threads 
 handle; Ctrl-C during blocking waits; asyncio in a forked child; garbage collection of
 held objects; hostile arguments and hostile files.
 
-Tests marked `# FAILS on main:` fail on the tree they were written against; they assert
-what docs/python.md (or the general expectation of a Python library) promises."""
+A `# Found:` comment names what a test caught in the bindings before it was fixed; every
+test asserts what docs/python.md (or the general expectation of a Python library)
+promises."""
 
 import asyncio
 import gc
@@ -200,7 +201,7 @@ def test_os_fork_child_finalization_leaves_parent_claims(tmp_path):
                                 "True"], r.stderr
 
 
-# FAILS on main: Leadership.is_current() answers True in a forked child whose renew()
+# Found: Leadership.is_current() answers True in a forked child whose renew()
 # raises LostError and whose wait_lost() reports the term lost (LeaseGuard.is_current()
 # answers False there).
 def test_forked_child_leadership_is_not_current(tmp_path):
@@ -235,7 +236,7 @@ def test_forked_child_leadership_is_not_current(tmp_path):
     g.release()
 
 
-# FAILS on main: the default identity "py:PID" is fixed when the Elector is made; a forked
+# Found: the default identity "py:PID" is fixed when the Elector is made; a forked
 # child that campaigns with the inherited Elector leads under its parent's pid, so
 # observers (el.leader()) name a process that does not lead.
 def test_forked_child_elected_with_default_identity_names_itself(tmp_path):
@@ -268,7 +269,7 @@ time.sleep(5)
 """
 
 
-# FAILS on main: the asyncio wake-up bridge thread (`cxc-asyncio-wake`) is started once
+# Found: the asyncio wake-up bridge thread (`cxc-asyncio-wake`) is started once
 # per process (a OnceLock); a forked child inherits the initialised Sender but not the
 # thread, so its async waiters are never woken and lock_async() only ends by timeout.
 def test_lock_async_in_forked_child_after_parent_awaited(tmp_path):
@@ -517,9 +518,9 @@ def test_semaphore_never_exceeds_max_under_kills(tmp_path):
     assert sem.available == maxp
 
 
-# FAILS on main: try_acquire() and `available` never reclaim a dead holder's permits
-# (only a blocked acquire() scans for dead holders, and reclaim_dead() is not bound), so
-# a process that polls with try_acquire() never gets them back while nobody blocks.
+# Found: try_acquire() never reclaimed a dead holder's permits
+# (only a blocked acquire() scanned for dead holders, and reclaim_dead() was not bound), so
+# a process that polled with try_acquire() never got them back while nobody blocked.
 def test_try_acquire_gets_back_a_killed_holders_permit(tmp_path):
     from conftest import permit_holders
     sem, kids = permit_holders(str(tmp_path / "pool.sem"), 2)
@@ -606,7 +607,7 @@ def test_guard_released_by_another_thread_wakes_a_waiter(tmp_path):
     got[0].release()
 
 
-# FAILS on main: a thread blocked in lead.wait_lost() holds the Leadership's mutex for a
+# Found: a thread blocked in lead.wait_lost() holds the Leadership's mutex for a
 # whole 50 ms slice; renew()/is_current()/step_down() from the work loop block on it
 # *with the GIL held* (every thread of the interpreter stalls ~25-50 ms per call).
 def test_wait_lost_thread_does_not_stall_the_leaders_calls(tmp_path):
@@ -931,7 +932,7 @@ def test_bad_arguments_raise_python_exceptions(tmp_path):
     g.release()
 
 
-# FAILS on main: a negative or NaN `grace` is silently clamped to 0 (duration() in
+# Found: a negative or NaN `grace` is silently clamped to 0 (duration() in
 # src/lib.rs), giving a Lease whose holder any other process supersedes at once: no
 # mutual exclusion at all. (Elector refuses the same values with ValueError.)
 @pytest.mark.parametrize("grace", [-1.0, float("nan")])
@@ -952,7 +953,7 @@ def test_lease_negative_or_nan_grace_is_refused(tmp_path, grace):
                 f"{'took the held lease at once' if stolen else 'could not take it'}")
 
 
-# FAILS on main: a NaN timeout is silently turned into 0 by lock() (immediate Timeout),
+# Found: a NaN timeout is silently turned into 0 by lock() (immediate Timeout),
 # and into an asyncio timer at NaN by lock_async() (fires at once or never); the
 # standard library refuses NaN timeouts with ValueError.
 def test_nan_timeout_is_refused(tmp_path):

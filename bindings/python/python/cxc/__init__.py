@@ -37,6 +37,12 @@ __all__ = [
 ]
 
 
+def _check_timeout(timeout):
+    """Refuses a NaN timeout (as the blocking calls do) before anything is awaited."""
+    if timeout is not None and timeout != timeout:
+        raise ValueError("invalid timeout: nan")
+
+
 async def _await_waiter(waiter, timeout, what):
     """Awaits an ``_cxc.AsyncWaiter``: its Rust future is polled on this event loop's
     thread, and the cxc reactor's wake-ups reach the loop through
@@ -76,6 +82,7 @@ class Lease(_cxc.Lease):
         """Awaits the lease (at most ``timeout`` seconds; ``None``: forever) on the Rust
         async machinery: no thread per waiter. Raises :class:`Timeout` on timeout;
         cancelling the task leaves nothing claimed."""
+        _check_timeout(timeout)
         g = self.try_lock()
         if g is not None:
             return g
@@ -94,6 +101,7 @@ class Semaphore(_cxc.Semaphore):
         """Awaits a permit (at most ``timeout`` seconds; ``None``: forever) on the Rust
         async machinery: no thread per waiter. Raises :class:`Timeout` on timeout;
         cancelling the task leaves no permit taken."""
+        _check_timeout(timeout)
         p = self.try_acquire()
         if p is not None:
             return p

@@ -69,13 +69,15 @@ pub enum MmapElectionError {
 /// claims, the token is the claim generation, renewal is a heartbeat, and a leader whose
 /// heartbeat is older than the lease duration is replaced (a dead one at once).
 ///
-/// A process campaigns for one pid (its own by default): two electors of one process on
-/// one file with the same pid share the claim. Give them distinct pids
+/// A process campaigns for one pid (its own by default, looked up at each campaign, so
+/// a forked child campaigns for its own pid): two electors of one process on one file
+/// with the same pid share the claim. Give them distinct pids
 /// ([`with_pid`](Self::with_pid)) to make them rivals.
 #[derive(Debug)]
 pub struct MmapElection {
     lease: OwnerLease<LeaderRecord>,
-    pid: u32,
+    /// The pid claims are made for; `None`: the calling process's.
+    pid: Option<u32>,
     grace: u64,
     poll: Duration,
 }
@@ -119,7 +121,7 @@ impl MmapElection {
             .ok_or(MmapElectionError::LeaseDuration(lease_duration))?;
         Ok(MmapElection {
             lease,
-            pid: std::process::id(),
+            pid: None,
             grace,
             poll: Duration::from_millis(2),
         })
@@ -128,8 +130,14 @@ impl MmapElection {
     /// Campaigns for `pid` instead of this process's pid (it only names the claim; the
     /// claim still belongs to this process).
     pub fn with_pid(mut self, pid: u32) -> Self {
-        self.pid = pid;
+        self.pid = Some(pid);
         self
+    }
+
+    /// The pid this campaign claims for.
+    fn claim_pid(&self) -> u32 {
+        self.pid
+            .unwrap_or_else(cxc_mmf::identity::current_pid)
     }
 
     /// The lease file.
@@ -195,7 +203,7 @@ impl ElectionBackend for MmapElection {
 
     fn try_lead(&self, identity: &str) -> Result<Option<LeaseClaim>, MmapElectionError> {
         Self::check(identity)?;
-        self.won(identity, self.lease.try_claim(self.pid, self.grace))
+        self.won(identity, self.lease.try_claim(self.claim_pid(), self.grace))
     }
 
     fn lead_timeout(
@@ -204,7 +212,7 @@ impl ElectionBackend for MmapElection {
         timeout: Duration,
     ) -> Result<Option<LeaseClaim>, MmapElectionError> {
         Self::check(identity)?;
-        self.won(identity, self.lease.acquire(self.pid, self.grace, timeout))
+        self.won(identity, self.lease.acquire(self.claim_pid(), self.grace, timeout))
     }
 
     fn renew(&self, term: &LeaseClaim) -> Result<bool, MmapElectionError> {
