@@ -136,8 +136,7 @@ impl MmapElection {
 
     /// The pid this campaign claims for.
     fn claim_pid(&self) -> u32 {
-        self.pid
-            .unwrap_or_else(cxc_mmf::identity::current_pid)
+        self.pid.unwrap_or_else(cxc_mmf::identity::current_pid)
     }
 
     /// The lease file.
@@ -212,7 +211,10 @@ impl ElectionBackend for MmapElection {
         timeout: Duration,
     ) -> Result<Option<LeaseClaim>, MmapElectionError> {
         Self::check(identity)?;
-        self.won(identity, self.lease.acquire(self.claim_pid(), self.grace, timeout))
+        self.won(
+            identity,
+            self.lease.acquire(self.claim_pid(), self.grace, timeout),
+        )
     }
 
     fn renew(&self, term: &LeaseClaim) -> Result<bool, MmapElectionError> {
