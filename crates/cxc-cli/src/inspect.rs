@@ -276,7 +276,12 @@ pub fn watch(
             Err(e) => {
                 let missing = !path.exists();
                 let waiting = missing && wait_for_file && !seen;
-                if !waiting && (missing || !seen) {
+                // Once seen, only an I/O error is shown and retried: a file that is
+                // there but no longer a valid cxc file (its header refused) ends the
+                // watch, as a missing one does.
+                let not_cxc = !missing
+                    && matches!(cxc::mmf::peek(path), Err(m) if !matches!(m, cxc::MmfError::Io { .. }));
+                if !waiting && (missing || !seen || not_cxc) {
                     return Err(e);
                 }
                 format!("{}\n", e.msg)

@@ -118,6 +118,11 @@ enum LeaseCmd {
 }
 
 fn run(cli: Cli) -> Result<u8, CliError> {
+    if matches!(cli.command, Command::Inspect { .. } | Command::Watch { .. }) {
+        // They read files other processes may truncate meanwhile: that is a file that
+        // stopped being valid (exit 2, one line on stderr), not a crash.
+        cxc::mmf::exit_on_bus_error(i32::from(cxc_cli::EXIT_ERROR))?;
+    }
     match cli.command {
         Command::Create { what } => create::run(what).map(|()| 0),
         Command::Inspect {

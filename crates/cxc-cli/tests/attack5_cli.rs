@@ -131,7 +131,7 @@ fn blocked_runs_do_not_burn_cpu_under_a_hostile_spin_strategy() {
     );
 }
 
-// FAILS on main: a standby `cxc elect` campaigns in 50 ms slices, each a fresh blocking acquire that spins the full (hostile, 16.7 ms) budget again: ~1/3 of a core for as long as it stands by.
+// Found (fixed since): a standby `cxc elect` campaigns in 50 ms slices, each a fresh blocking acquire that spins the full (hostile, 16.7 ms) budget again: ~1/3 of a core for as long as it stands by.
 /// A standby `cxc elect` candidate waits while another leads. With the strategy another
 /// process published (the largest budget the word holds, 16.7 ms), it must not spin for
 /// most of its wait: docs/sidecar.md "spinning burns CPU for nothing: Park" is why the
@@ -163,7 +163,7 @@ fn elect_standby_does_not_burn_cpu_under_a_hostile_spin_strategy() {
 /// truncates and re-extends the file (as a `truncate`, a careless `cp` over it, or a
 /// recreation would). docs/cli.md: a file that is not valid ("garbage, empty, truncated")
 /// "gives one line on stderr ... and exit code 2 — never a crash".
-// FAILS on main: Snapshot::read / read_words copy through a shared read-only mapping; a truncation during the copy raises SIGBUS and kills cxc (exit 135).
+// Found (fixed since): Snapshot::read / read_words copy through a shared read-only mapping; a truncation during the copy raises SIGBUS and kills cxc (exit 135).
 #[test]
 fn inspect_of_a_file_truncated_while_it_is_read_never_crashes() {
     let d = tempfile::tempdir().unwrap();
@@ -219,7 +219,7 @@ fn inspect_of_a_file_truncated_while_it_is_read_never_crashes() {
 /// `cxc_cli::watch` documents: "Exit 2 when the file is missing ... or stops being a cxc
 /// file; other errors are shown and retried"; docs/cli.md: not a valid cxc file gives one
 /// line `cxc: ...` on stderr and exit code 2.
-// FAILS on main: watch() returns the error only when the file is missing or was never seen; a file that became garbage is printed to stdout (without `cxc: `) and retried forever.
+// Found (fixed since): watch() returns the error only when the file is missing or was never seen; a file that became garbage is printed to stdout (without `cxc: `) and retried forever.
 #[test]
 fn watch_exits_2_when_the_file_is_replaced_by_garbage() {
     let d = tempfile::tempdir().unwrap();
@@ -644,7 +644,7 @@ fn demo_leaves_no_process_or_file_behind() {
     assert!(left.is_empty(), "files left in TMPDIR: {left:?}");
 }
 
-// FAILS on main: the demo's coordinators loop until the board's shutdown flag, which only the demo process sets; `kill PID` of the demo leaves them (and the temp dir) behind forever.
+// Found (fixed since): the demo's coordinators loop until the board's shutdown flag, which only the demo process sets; `kill PID` of the demo leaves them (and the temp dir) behind forever.
 /// `cxc demo` stopped with SIGTERM (`kill PID`, a supervisor's stop, `timeout
 /// --foreground`) in the middle of its run: the processes it started must not run on
 /// forever by themselves (they hold a lease and spin a watchdog scan every few ms).

@@ -71,5 +71,6 @@ pub use header::{
 #[doc(hidden)]
 pub use region::__private;
 pub use region::{
-    AtomicView, CreateOptions, Expect, FileSpec, Mapped, Origin, Snapshot, peek, read_words,
+    AtomicView, CreateOptions, Expect, FileSpec, Mapped, Origin, Snapshot, exit_on_bus_error, peek,
+    read_words,
 };

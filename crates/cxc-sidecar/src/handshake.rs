@@ -258,15 +258,22 @@ impl HandshakeHeader {
     /// generation. If it already is current, nothing changes and the current generation
     /// is returned.
     pub fn publish(&self, strategy: Strategy) -> u32 {
+        self.publish_installed(strategy).0
+    }
+
+    /// [`publish`](Self::publish), also returning the word this call installed (`None`
+    /// when the strategy was already current): what a `StrategyChanged` record names,
+    /// even if another process publishes again at once.
+    pub(crate) fn publish_installed(&self, strategy: Strategy) -> (u32, Option<u64>) {
         let strategy = strategy.normalized();
         let mut cur = self.word.load(Ordering::Acquire);
         loop {
             let (s, g) = decode(cur);
             if s == strategy {
-                return g;
+                return (g, None);
             }
             match self.try_install(cur, g, strategy) {
-                Ok(g) => return g,
+                Ok(g) => return (g, Some(encode(g, strategy))),
                 Err(actual) => cur = actual,
             }
         }

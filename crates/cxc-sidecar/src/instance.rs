@@ -75,11 +75,11 @@ pub trait AdaptiveInstance: Send + Sync + 'static {
     /// anything, records [`OpCode::StrategyChanged`] in the ring. Override to also adjust
     /// process-local state.
     fn apply(&self, strategy: Strategy) -> u32 {
-        let before = self.handshake().generation();
-        let generation = self.handshake().publish(strategy);
-        if generation != before {
-            self.ring()
-                .record(OpCode::StrategyChanged, 0, self.handshake().word());
+        let (generation, installed) = self.handshake().publish_installed(strategy);
+        if let Some(word) = installed {
+            // The word this call installed, not a re-read: another process may publish
+            // again in between.
+            self.ring().record(OpCode::StrategyChanged, 0, word);
         }
         generation
     }

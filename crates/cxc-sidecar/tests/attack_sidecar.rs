@@ -552,7 +552,7 @@ fn role_spinner() {
     ));
 }
 
-// FAILS on main: AdaptiveInstance::apply records `handshake().word()` re-read after publish, so when the other process publishes in between, the entry names the other process's strategy, not the one this process applied.
+// Found (fixed since): AdaptiveInstance::apply records `handshake().word()` re-read after publish, so when the other process publishes in between, the entry names the other process's strategy, not the one this process applied.
 /// Two processes run different policies on one file (docs: "their decisions all land in
 /// the one handshake word ... they overwrite each other"): one always wants `Park`, the
 /// other `Spin { 4096 }`. Overwriting is documented; what each `StrategyChanged` entry
@@ -625,7 +625,7 @@ fn two_processes_with_opposite_policies_record_what_they_published() {
 /// whose cores are busy (here: three spinning threads on two cores, as during a build),
 /// one `read_since` over those positions must still be brief, and the sidecar's poll,
 /// which runs it for every instance, with it.
-// FAILS on main: read_pos bounds the wait per position by a count of sched_yield calls (8), not by time; each yield on a busy core can cost a scheduler slice, so 64 dead positions (512 yields) take hundreds of ms per read.
+// Found (fixed since): read_pos bounds the wait per position by a count of sched_yield calls (8), not by time; each yield on a busy core can cost a scheduler slice, so 64 dead positions (512 yields) take hundreds of ms per read.
 #[test]
 fn a_read_over_tickets_of_dead_producers_is_brief_on_a_busy_machine() {
     let dir = tempfile::tempdir().unwrap();

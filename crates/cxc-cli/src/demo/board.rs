@@ -157,7 +157,20 @@ impl Board {
         self.head(DONE).load(Ordering::Acquire) >= self.units() as u64
     }
 
+    /// The demo asked its processes to stop, or (in a role process) the demo that
+    /// started it is gone: killed outright, it could not ask.
     pub(crate) fn shutting_down(&self) -> bool {
-        self.head(SHUTDOWN).load(Ordering::Acquire) != 0
+        self.head(SHUTDOWN).load(Ordering::Acquire) != 0 || parent_gone()
     }
+}
+
+/// The environment variable that gives a role process the demo's pid.
+pub(crate) const PARENT_VAR: &str = "CXC_DEMO_PARENT";
+
+/// Whether this process was started by a demo (its pid in [`PARENT_VAR`]) that is no
+/// longer its parent: the demo died and the process was re-parented.
+fn parent_gone() -> bool {
+    static PARENT: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    let parent = PARENT.get_or_init(|| std::env::var(PARENT_VAR).ok()?.parse().ok());
+    parent.is_some_and(|p| rustix::process::getppid().map(|q| q.as_raw_pid()) != Some(p))
 }

@@ -6,6 +6,10 @@
 //! middle of a unit, and the primary coordinator. It then checks that the standby took
 //! over, the dead worker's unit was reclaimed and redone, every unit was done, and no
 //! invariant broke.
+//!
+//! Interrupted (SIGINT, SIGTERM, SIGHUP), it stops its processes and removes its
+//! temporary directory before it exits (130); killed outright, its processes notice that
+//! their parent is gone and end by themselves.
 
 mod board;
 mod events;
@@ -13,7 +17,8 @@ mod roles;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cxc::{
@@ -69,6 +74,7 @@ fn spawn(dir: &Path, role: &str, name: &str) -> Result<Proc, CliError> {
         .args(["__demo-role", role])
         .arg(dir)
         .arg(name)
+        .env(board::PARENT_VAR, std::process::id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -143,8 +149,17 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
         "created lease, heartbeat table, semaphore and work board",
     );
 
-    let mut primary = spawn(&dir, "coordinator", "coordinator-A")?;
-    let primary_pid = primary.child.id();
+    // A signal ends the run early, but through the same clean-up as its normal end.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(&interrupted))?;
+    }
+    let mut primary = Some(spawn(&dir, "coordinator", "coordinator-A")?);
+    let primary_pid = primary.as_ref().map_or(0, |p| p.child.id());
     wait_until(
         "the primary to take the lease",
         Duration::from_secs(10),
@@ -171,7 +186,7 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
             None => "lease: vacant".to_string(),
         };
         progress(done, total, &note);
-        if done >= total {
+        if done >= total || interrupted.load(Ordering::Relaxed) {
             break;
         }
         if killed_worker.is_none() && done >= total / 3 {
@@ -217,8 +232,10 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
                     &format!("SIGKILL coordinator-A (pid {primary_pid}), the lease holder"),
                 );
                 kill_coord_ns = cxc::sidecar::monotonic_ns();
-                let _ = primary.child.kill();
-                let _ = primary.child.wait();
+                if let Some(mut p) = primary.take() {
+                    let _ = p.child.kill();
+                    let _ = p.child.wait();
+                }
                 killed_worker = Some((w.name.clone(), pid, busy));
                 // A replacement worker joins (it may reuse the dead worker's slot).
                 let name = format!("worker-{next_worker}");
@@ -238,6 +255,7 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
     board.head(board::SHUTDOWN).store(1, Ordering::Release);
     let mut all = workers;
     all.push(standby);
+    all.extend(primary);
     for p in &mut all {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -252,6 +270,10 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
         }
     }
     events::log(&dir, "demo", "all processes stopped");
+    if interrupted.load(Ordering::Relaxed) {
+        eprintln!("cxc demo: interrupted; its processes were stopped");
+        return Ok(130);
+    }
     let ok = summary(
         &dir,
         &board,

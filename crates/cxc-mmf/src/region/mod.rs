@@ -23,5 +23,5 @@ mod view;
 pub use atomic::{__private, AtomicView};
 pub use open::peek;
 pub use options::{CreateOptions, Expect, FileSpec, Origin};
-pub use snapshot::{Snapshot, read_words};
+pub use snapshot::{Snapshot, exit_on_bus_error, read_words};
 pub use view::Mapped;

@@ -192,3 +192,40 @@ fn copy_loads(src: &MmapRaw, dst: &mut MmapMut) {
         dst[j] = unsafe { AtomicU8::from_ptr(base.add(j).cast_mut()) }.load(Ordering::Relaxed);
     }
 }
+
+/// The exit code [`exit_on_bus_error`]'s handler ends the process with.
+static BUS_EXIT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(2);
+
+/// Makes a bus error (`SIGBUS`: a file this process maps was truncated under it while it
+/// was being read) end the process with exit code `code` and one line on stderr, instead
+/// of a crash. A process-wide setting for read-only tools (`cxc inspect`, `cxc watch`):
+/// [`Snapshot::read`] and [`read_words`] copy through a shared mapping, and no check
+/// before the copy can rule out a truncation during it.
+///
+/// # Errors
+/// If the handler cannot be installed (`sigaction` failed).
+pub fn exit_on_bus_error(code: i32) -> std::io::Result<()> {
+    extern "C" fn on_bus(_: libc::c_int) {
+        const MSG: &[u8] = b"cxc: a file was truncated while it was being read (SIGBUS)\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; MSG is a valid static
+        // buffer of MSG.len() bytes. A Relaxed atomic load is lock-free.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(BUS_EXIT.load(Ordering::Relaxed));
+        }
+    }
+    BUS_EXIT.store(code, Ordering::Relaxed);
+    // SAFETY: `sigaction` is given a zeroed (valid) struct with a handler of the type
+    // `sa_handler` expects and an emptied mask; the old action is not asked for.
+    let rc = unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_bus as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -6,7 +6,9 @@ use super::block::ObservationRing;
 use super::observation::{Observation, ReadBatch, SlotRead};
 use crate::op::OpCode;
 
-use super::slot::{CAP, PENDING_SPINS, PENDING_YIELDS, checksum, published, ticket_of, writing};
+use super::slot::{
+    CAP, PENDING_BUDGET, PENDING_SPINS, PENDING_YIELDS, checksum, published, ticket_of, writing,
+};
 
 impl ObservationRing {
     /// Reads position `pos` once.
@@ -44,12 +46,18 @@ impl ObservationRing {
         })
     }
 
-    /// Reads position `pos`, waiting a bounded time for an unfinished entry.
-    fn read_pos(&self, pos: u64) -> SlotRead {
+    /// Reads position `pos`, waiting a bounded time for an unfinished entry: at most
+    /// `PENDING_SPINS` spins and `PENDING_YIELDS` yields, and never past `deadline` (the
+    /// whole call's budget, set at its first wait).
+    fn read_pos(&self, pos: u64, deadline: &mut Option<std::time::Instant>) -> SlotRead {
         let mut round = 0u32;
         loop {
             match self.try_read(pos) {
                 SlotRead::Pending if round < PENDING_SPINS + PENDING_YIELDS => {
+                    let now = std::time::Instant::now();
+                    if *deadline.get_or_insert(now + PENDING_BUDGET) <= now {
+                        return SlotRead::Pending;
+                    }
                     if round < PENDING_SPINS {
                         std::hint::spin_loop();
                     } else {
@@ -68,8 +76,9 @@ impl ObservationRing {
     /// only what comes next. A cursor beyond the head (a cursor from another file) returns
     /// nothing and resets to the head.
     ///
-    /// An entry whose producer has not finished it is waited for only briefly, then
-    /// counted as lost: a reader never blocks on a stalled or dead producer.
+    /// An entry whose producer has not finished it is waited for only briefly (200 µs in
+    /// all per call), then counted as lost: a reader never blocks on a stalled or dead
+    /// producer.
     pub fn read_since(&self, cursor: u64) -> ReadBatch {
         let head = self.head();
         let mut batch = ReadBatch {
@@ -82,8 +91,9 @@ impl ObservationRing {
         let start = cursor.max(head.saturating_sub(CAP));
         batch.lost = start - cursor;
         batch.observations.reserve((head - start) as usize);
+        let mut deadline = None;
         for pos in start..head {
-            match self.read_pos(pos) {
+            match self.read_pos(pos, &mut deadline) {
                 SlotRead::Ok(o) => batch.observations.push(o),
                 SlotRead::Rejected => {
                     batch.lost += 1;

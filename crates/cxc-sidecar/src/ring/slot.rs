@@ -11,6 +11,10 @@ pub(super) const CAP: u64 = RING_CAPACITY as u64;
 /// Rounds a reader waits for an unfinished entry: first spins, then yields.
 pub(super) const PENDING_SPINS: u32 = 64;
 pub(super) const PENDING_YIELDS: u32 = 8;
+/// The most one `read_since` waits for unfinished entries in all: a yield can cost a
+/// whole scheduler slice on a busy machine, and a lap of tickets taken by producers that
+/// died before writing would otherwise cost 64 × 8 of them.
+pub(super) const PENDING_BUDGET: std::time::Duration = std::time::Duration::from_micros(200);
 
 cxc_mmf::atomic_layout! {
     /// One entry: five words, 40 bytes.

@@ -3,6 +3,7 @@
 //! after it wins (fenced, like every payload write).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -65,6 +66,10 @@ pub enum MmapElectionError {
     LeaseDuration(Duration),
 }
 
+/// How long after a missed `lead_timeout` a new one still counts as the same campaign
+/// (and does not spin first).
+const RESPIN_AFTER: Duration = Duration::from_secs(1);
+
 /// [`ElectionBackend`] on an [`OwnerLease`] file (no preemption, clock epochs): terms are
 /// claims, the token is the claim generation, renewal is a heartbeat, and a leader whose
 /// heartbeat is older than the lease duration is replaced (a dead one at once).
@@ -79,6 +84,9 @@ pub struct MmapElection {
     /// The pid claims are made for; `None`: the calling process's.
     pid: Option<u32>,
     grace: u64,
+    /// When the last `lead_timeout` ended without a win (ns after `clock`; 0: never).
+    missed_at: AtomicU64,
+    clock: Instant,
     poll: Duration,
 }
 
@@ -123,6 +131,8 @@ impl MmapElection {
             lease,
             pid: None,
             grace,
+            missed_at: AtomicU64::new(0),
+            clock: Instant::now(),
             poll: Duration::from_millis(2),
         })
     }
@@ -211,10 +221,22 @@ impl ElectionBackend for MmapElection {
         timeout: Duration,
     ) -> Result<Option<LeaseClaim>, MmapElectionError> {
         Self::check(identity)?;
-        self.won(
-            identity,
-            self.lease.acquire(self.claim_pid(), self.grace, timeout),
-        )
+        // A campaign waits in slices (the retry period), and a standby campaigns again
+        // and again: only an attempt that does not follow a missed one closely spins
+        // first. Spinning the (shared, up to 16.7 ms) budget on every slice would burn a
+        // third of a core for as long as a standby waits; a sleeping one is still woken
+        // by the leader's release.
+        let now = self.clock.elapsed();
+        let last = Duration::from_nanos(self.missed_at.load(Ordering::Relaxed));
+        let spin = last.is_zero() || now.saturating_sub(last) > RESPIN_AFTER;
+        let won = self
+            .lease
+            .acquire_spinning(self.claim_pid(), self.grace, timeout, spin);
+        if won.is_none() {
+            let at = u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.missed_at.store(at.max(1), Ordering::Relaxed);
+        }
+        self.won(identity, won)
     }
 
     fn renew(&self, term: &LeaseClaim) -> Result<bool, MmapElectionError> {

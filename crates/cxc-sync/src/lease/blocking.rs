@@ -32,13 +32,26 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// thread holds a pidfd of the holder and wakes it when the holder's process exits)
     /// for a stale heartbeat or a dead holder, so a crashed holder is replaced promptly.
     pub fn acquire(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
+        self.acquire_spinning(my_pid, grace, timeout, true)
+    }
+
+    /// [`acquire`](Self::acquire), without the spin phase when `spin` is false: for a
+    /// caller that waits in slices (an election campaign), which spun on its first one
+    /// and must not burn the spin budget again on every slice.
+    pub(crate) fn acquire_spinning(
+        &self,
+        my_pid: u32,
+        grace: u64,
+        timeout: Duration,
+        spin: bool,
+    ) -> Option<LeaseClaim> {
         let holder = self.holder_waiting(pid_word(my_pid, false), timeout)?;
         let me = Claimant {
             holder,
             pid: my_pid,
             private: false,
         };
-        self.acquire_as(me, grace, timeout)
+        self.acquire_as_spinning(me, grace, timeout, spin)
             .map(|g| self.state().claim_for(g.word, g.torn, my_proc()))
     }
 
@@ -71,13 +84,24 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         grace: u64,
         timeout: Duration,
     ) -> Option<Granted> {
+        self.acquire_as_spinning(me, grace, timeout, true)
+    }
+
+    /// [`acquire_as`](Self::acquire_as), spinning first only if `spin`.
+    fn acquire_as_spinning(
+        &self,
+        me: Claimant,
+        grace: u64,
+        timeout: Duration,
+        spin: bool,
+    ) -> Option<Granted> {
         // First attempt without an OS check: the slow path checks holder death cheaply.
         let first = self.try_claim_without_os_check(me, grace);
         if let Some(g) = first {
             self.note_grant(&g);
             return Some(g);
         }
-        self.acquire_slow(me, grace, timeout)
+        self.acquire_slow(me, grace, timeout, spin)
     }
 
     /// One claim attempt that never asks the OS whether the holder lives (the spinning
@@ -99,16 +123,25 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     #[cold]
-    fn acquire_slow(&self, me: Claimant, grace: u64, timeout: Duration) -> Option<Granted> {
+    fn acquire_slow(
+        &self,
+        me: Claimant,
+        grace: u64,
+        timeout: Duration,
+        spin: bool,
+    ) -> Option<Granted> {
         let st = self.state();
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
         // Spin first, without OS checks, for the shared strategy's budget or the default
         // one (`park::spin_for`).
-        let budget = st
-            .handshake
-            .spin_budget()
-            .unwrap_or(crate::park::DEFAULT_SPIN);
+        let budget = if spin {
+            st.handshake
+                .spin_budget()
+                .unwrap_or(crate::park::DEFAULT_SPIN)
+        } else {
+            Duration::ZERO
+        };
         if let Some(g) = crate::park::spin_for(budget, started, || {
             self.try_claim_without_os_check(me, grace)
         }) {
