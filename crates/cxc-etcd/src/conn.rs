@@ -120,6 +120,9 @@ const CODE_CANCELLED: i32 = 1;
 const CODE_DEADLINE_EXCEEDED: i32 = 4;
 const CODE_UNAVAILABLE: i32 = 14;
 
+/// The name of a connection's runtime threads.
+pub(crate) const RUNTIME_THREAD: &str = "cxc-etcd";
+
 /// How a request error is classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failure {
@@ -289,7 +292,7 @@ impl Etcd {
         opts.checked_ttl_secs()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name("cxc-etcd")
+            .thread_name(RUNTIME_THREAD)
             .enable_all()
             .build()
             .map_err(EtcdError::Runtime)?;

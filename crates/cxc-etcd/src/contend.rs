@@ -52,6 +52,10 @@ pub(crate) struct Contender {
     /// A session (0: none) on which an attempt's outcome is unknown while the handle
     /// held the claim: ended when that claim is withdrawn.
     tainted: AtomicI64,
+    /// Held through one attempt (claim, then the withdraw of a key that is not first):
+    /// threads sharing the handle attempt one at a time, so one thread's withdraw never
+    /// deletes the key another thread's attempt just found first.
+    attempting: Mutex<()>,
 }
 
 /// Our key is first: its create revision and session, and the transaction's response
@@ -86,6 +90,7 @@ impl Contender {
             prefix: format!("{name}/").into_bytes(),
             held: Mutex::new(None),
             tainted: AtomicI64::new(0),
+            attempting: Mutex::new(()),
         })
     }
 
@@ -135,7 +140,9 @@ impl Contender {
         op: &'static str,
         (session, created): (i64, i64),
     ) -> Result<bool, EtcdError> {
-        let gone = fenced_delete(&self.etcd, op, &self.key_of(session), created)?;
+        // A session known or presumed lost took its key with it (or is being revoked).
+        let gone = !self.session.lost(session)
+            && fenced_delete(&self.etcd, op, &self.key_of(session), created)?;
         {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             if *held == Some((session, created)) {
@@ -188,7 +195,10 @@ impl Contender {
         value: &[u8],
         reads: &[TxnOp],
     ) -> Result<Result<First, Held>, EtcdError> {
-        let session = self.session.id()?;
+        let _one = self.attempting.lock().unwrap_or_else(|e| e.into_inner());
+        // A beat-driven session is refreshed first: a claim won late in a wait gets a
+        // whole TTL from the claim, not what is left of the session's last refresh.
+        let session = self.session.id_refreshed()?;
         match self.attempt_on(op, session, value, reads) {
             // Our session expired since we last used it: open a new one and try again.
             Err(e) if lease_not_found(&e) => {
@@ -306,6 +316,7 @@ impl Contender {
             let held = match retries.judge(outcome, left)? {
                 Some(Ok(won)) => return Ok(Some(won)),
                 Some(Err(held)) => held,
+                None if left.is_zero() => return Ok(None),
                 None => continue,
             };
             if left.is_zero() {
@@ -328,8 +339,10 @@ impl Contender {
 
 /// The retry rule of a blocked wait: a request that failed with a timeout or a transport
 /// error is tried again (the next request goes to the next member) until the caller's
-/// deadline, or until as many requests in a row failed as there are members (then
-/// no member answers: the error is the wait's result).
+/// deadline, or until as many requests in a row failed as there are members (then no
+/// member answers: the error is the wait's result). A deadline that passes after fewer
+/// failures is a plain timeout of the wait (`Ok(None)` to the caller), so a caller that
+/// waits in short slices (an election campaign) goes on with its next slice.
 pub(crate) struct Retries {
     members: usize,
     failed_in_row: usize,
@@ -346,8 +359,9 @@ impl Retries {
         }
     }
 
-    /// `Ok(Some(v))` for an answer, `Ok(None)` to try again (after a short pause), `Err`
-    /// when the wait must end with the error (`left`: time left before the deadline).
+    /// `Ok(Some(v))` for an answer, `Ok(None)` to try again (after a short pause; the
+    /// caller ends the wait as timed out if `left` is zero), `Err` when the wait must end
+    /// with the error (`left`: time left before the deadline).
     pub(crate) fn judge<V>(
         &mut self,
         outcome: Result<V, EtcdError>,
@@ -360,7 +374,7 @@ impl Retries {
             }
             Err(e) => {
                 self.failed_in_row += 1;
-                if !worth_retrying(&e) || left.is_zero() || self.failed_in_row > self.members {
+                if !worth_retrying(&e) || self.failed_in_row >= self.members {
                     return Err(e);
                 }
                 std::thread::sleep(RETRY_PAUSE.min(left));

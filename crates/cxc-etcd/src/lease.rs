@@ -283,6 +283,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
     /// Reads the payload if `claim` is current, and learns its version (so writes can go
     /// ahead again after an [`EtcdError::Conflict`]).
     fn read(&self, claim: &EtcdClaim) -> Result<Option<T>, EtcdError> {
+        if self.is_lost(claim) {
+            return Ok(None);
+        }
         let get = TxnOp::get(self.value.clone(), None);
         let resp = self.fenced("read", claim, None, vec![get], vec![])?;
         if !resp.succeeded() {
@@ -310,6 +313,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
     /// then write. A write that fails with any error leaves the version unknown, for
     /// every thread sharing the handle, until one of them reads.
     fn write(&self, claim: &EtcdClaim, value: T) -> Result<bool, EtcdError> {
+        if self.is_lost(claim) {
+            // Known or presumed lost: its session is gone or being revoked.
+            return Ok(false);
+        }
         let Some(known) = self.known(claim.generation) else {
             // Tell a stale claim (Ok(false)) from a current one with an unknown version.
             return if self.is_current(claim)? {

@@ -300,6 +300,7 @@ impl EtcdSemaphore {
             let seen = match retries.judge(outcome, left)? {
                 Some(Ok(p)) => return Ok(Some(p)),
                 Some(Err(rev)) => rev,
+                None if left.is_zero() => return Ok(None),
                 None => continue,
             };
             if left.is_zero() {
@@ -322,6 +323,13 @@ impl EtcdSemaphore {
     /// If the server cannot be reached; the permit then stays held (a later give retries,
     /// and the fenced delete makes a second attempt harmless).
     pub fn give_permit(&self, permit: &EtcdPermit) -> Result<bool, EtcdError> {
+        // Only this handle's permits, and not one known lost (its key went with its
+        // session, or is being revoked).
+        if !self.session.owns(permit.session) || self.is_lost(permit) {
+            let mut p = self.permits();
+            p.lost.retain(|h| h != permit);
+            return Ok(false);
+        }
         let given = fenced_delete(&self.etcd, "give", &permit.key, permit.token)?;
         let mut p = self.permits();
         p.held.retain(|h| h != permit);
@@ -490,14 +498,22 @@ impl PermitPool for EtcdSemaphore {
     /// Returns this handle's most recent permit that is not known lost. `Ok(false)` if it
     /// holds none, or if that permit was lost meanwhile (the pool had recovered it).
     fn give(&self) -> Result<bool, EtcdError> {
+        // Taken off the held list under the lock, so threads giving at once give
+        // different permits; put back if the request fails (the permit is still held).
         let permit = {
             let mut p = self.permits();
             self.prune(&mut p);
-            p.held.last().cloned()
+            p.held.pop()
         };
-        match permit {
-            Some(permit) => self.give_permit(&permit),
-            None => Ok(false),
+        let Some(permit) = permit else {
+            return Ok(false);
+        };
+        match fenced_delete(&self.etcd, "give", &permit.key, permit.token) {
+            Ok(given) => Ok(given),
+            Err(e) => {
+                self.permits().held.push(permit);
+                Err(e)
+            }
         }
     }
 

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::conn::{Etcd, Failure, KeepAlive, Members, classify};
+use crate::conn::{Etcd, Failure, KeepAlive, Members, RUNTIME_THREAD, classify};
 use crate::error::EtcdError;
 
 /// Session lease id 0 means "none" to etcd.
@@ -255,6 +255,30 @@ impl Session {
         Ok(st.id)
     }
 
+    /// [`id`](Self::id), refreshing a beat-driven session's live lease first (one
+    /// keep-alive), so a claim made on it has a whole TTL from now. A background session
+    /// is kept fresh by its keeper and is not refreshed here.
+    ///
+    /// # Errors
+    /// If the grant or the keep-alive fails.
+    pub(crate) fn id_refreshed(&self) -> Result<i64, EtcdError> {
+        let id = self.id()?;
+        if self.background {
+            return Ok(id);
+        }
+        let fresh = {
+            let st = self.state();
+            // Just granted: it has its whole TTL already.
+            st.id == id && st.life.last_ns.load(Ordering::Acquire) == 0
+                && st.life.base.elapsed() < Duration::from_millis(100)
+        };
+        if fresh || self.keep_alive(id)? {
+            return Ok(id);
+        }
+        // Gone meanwhile: `keep_alive` forgot it; grant a new one.
+        self.id()
+    }
+
     /// Whether lease `id` is this session's current lease and alive as far as this
     /// process can tell (no request is made).
     pub(crate) fn alive(&self, id: i64) -> bool {
@@ -362,12 +386,26 @@ impl Drop for Session {
         if let Some(k) = keeper {
             k.abort();
         }
-        // Revoke so that our keys vanish at once instead of after the TTL. Best effort,
-        // and never block inside an async context.
-        if id != NO_LEASE && tokio::runtime::Handle::try_current().is_err() {
+        // Revoke so that our keys vanish at once instead of after the TTL (best effort,
+        // at most about a second).
+        if id != NO_LEASE {
             let members = self.etcd.members().clone();
-            self.etcd
-                .block_on(async move { revoke(&members, id, Duration::from_secs(1)).await });
+            let revoking = async move { revoke(&members, id, Duration::from_secs(1)).await };
+            if tokio::runtime::Handle::try_current().is_err() {
+                self.etcd.block_on(revoking);
+            } else if std::thread::current().name() == Some(RUNTIME_THREAD) {
+                // On the connection's own runtime: waiting here would stall it.
+                drop(self.etcd.spawn(revoking));
+            } else {
+                // Inside another runtime, where `block_on` would panic: the connection's
+                // runtime sends the revoke and this thread waits for it.
+                let (tx, rx) = std::sync::mpsc::channel();
+                drop(self.etcd.spawn(async move {
+                    revoking.await;
+                    let _ = tx.send(());
+                }));
+                let _ = rx.recv_timeout(Duration::from_millis(1100));
+            }
         }
     }
 }
