@@ -278,7 +278,7 @@ fn deposed_leader_is_told_everywhere_and_cannot_end_the_new_term() {
 /// docs/leader-election.md: "Call `renew` from the work loop at least once per lease
 /// duration"; `renew` is `Err(Lost)` "once superseded, or when the previous renewal is
 /// older than the lease duration". Neither is the case, so the renewal must succeed.
-// FAILS on main: the term lives on the campaign's session, granted when the campaign began and never refreshed on winning; it expires 2 s after that grant, 0.5 s into the term.
+// Found (fixed since): the term lives on the campaign's session, granted when the campaign began and never refreshed on winning; it expires 2 s after that grant, 0.5 s into the term.
 #[test]
 fn a_standby_elected_late_in_its_beat_driven_session_keeps_its_term_for_the_lease_duration() {
     let _one = one();
@@ -322,7 +322,7 @@ fn a_standby_elected_late_in_its_beat_driven_session_keeps_its_term_for_the_leas
 /// granted, or a leader may believe in a term the server has already ended" (here they
 /// are equal), and `is_lost()` "answers locally" whether the term is known lost. While
 /// another candidate leads, the previous leader's `is_lost()` must not say `false`.
-// FAILS on main: Leadership::is_lost only checks its own deadline (term start + lease duration), not the session's local deadline, which passed 0.5 s into the term.
+// Found (fixed since): Leadership::is_lost only checks its own deadline (term start + lease duration), not the session's local deadline, which passed 0.5 s into the term.
 #[test]
 fn a_leader_whose_session_ran_out_does_not_believe_in_its_term_while_another_leads() {
     let _one = one();
@@ -594,7 +594,7 @@ fn member_killed_and_restarted_mid_campaign() {
 /// again until its timeout ... It gives up early, with the error, only when as many
 /// requests in a row failed as there are members". Two of three members answer, so the
 /// campaign must elect the standby, not return an error.
-// FAILS on main: Elector::campaign waits in retry_period slices (lead_timeout(50 ms)); the re-claim through the hung member times out (1 s) with no time left in its slice, so wait_first returns the Timeout and campaign propagates it as Backend.
+// Found (fixed since): Elector::campaign waits in retry_period slices (lead_timeout(50 ms)); the re-claim through the hung member times out (1 s) with no time left in its slice, so wait_first returns the Timeout and campaign propagates it as Backend.
 #[test]
 fn a_blocked_campaign_survives_a_member_that_hangs_under_it() {
     let _one = one();
@@ -794,7 +794,7 @@ fn leader_key_deleted_by_etcdctl_is_noticed_and_cannot_end_the_next_term() {
 /// stuck holder also loses its claim after the TTL"; conn.rs: "a holder that does not
 /// beat within the TTL loses its claim". This holder beat 0.8 s after claiming (TTL
 /// 2 s): the beat must keep the claim.
-// FAILS on main: the claim is made on the session granted by acquire's first attempt 1.5 s earlier and never refreshed; its local deadline (and the server's expiry) is 0.5 s after the claim.
+// Found (fixed since): the claim is made on the session granted by acquire's first attempt 1.5 s earlier and never refreshed; its local deadline (and the server's expiry) is 0.5 s after the claim.
 #[test]
 fn on_beat_claim_won_late_in_a_wait_lasts_a_ttl_from_the_claim() {
     let _one = one();
@@ -982,7 +982,7 @@ fn permit_guards_and_plain_permits_under_loss() {
 /// given twice is refused the second time; a permit of another handle must not be given
 /// by this one (else its owner believes it holds a permit the pool has handed on, and
 /// the books say `max + 1` holders).
-// FAILS on main: give_permit deletes any holder key by its token (fenced_delete), without checking that the permit is one of this handle's (session owned / in `held`).
+// Found (fixed since): give_permit deletes any holder key by its token (fenced_delete), without checking that the permit is one of this handle's (session owned / in `held`).
 #[test]
 fn a_permit_is_given_once_and_only_by_its_own_handle() {
     let _one = one();
@@ -1022,7 +1022,7 @@ fn a_permit_is_given_once_and_only_by_its_own_handle() {
 /// trait: "`Ok(false)` if it holds none, or if that permit was lost meanwhile". No permit
 /// is lost here, and every thread gives only after it took, so every `give` must return
 /// `true` and the pool must end full again with `held() == 0`.
-// FAILS on main: PermitPool::give clones `held.last()` under the lock and deletes it after; concurrent gives pick the same permit, all but one get Ok(false), the other permits leak in `held` and the pool starves.
+// Found (fixed since): PermitPool::give clones `held.last()` under the lock and deletes it after; concurrent gives pick the same permit, all but one get Ok(false), the other permits leak in `held` and the pool starves.
 #[test]
 fn threads_sharing_a_pool_handle_give_what_they_took() {
     let _one = one();
@@ -1194,7 +1194,7 @@ fn threads_sharing_a_lease_handle_share_one_claim() {
 /// holding finds our key (the else branch) and returns the same claim". A claim that
 /// `try_claim` returned to one thread must stay current until the handle releases it:
 /// nothing else may end it (its session is kept alive, nobody else can claim).
-// FAILS on main: a sibling thread's attempt that created the key while the other handle held withdraws it (fenced by the same create revision) right after another thread's else-branch attempt returned it as the claim.
+// Found (fixed since): a sibling thread's attempt that created the key while the other handle held withdraws it (fenced by the same create revision) right after another thread's else-branch attempt returned it as the claim.
 #[test]
 fn a_claim_returned_to_one_thread_is_not_withdrawn_by_a_sibling() {
     let _one = one();
@@ -1252,7 +1252,7 @@ fn a_claim_returned_to_one_thread_is_not_withdrawn_by_a_sibling() {
 /// its session, so a graceful exit releases at once"; the lease doc: "Dropping the
 /// handle revokes its session, which releases its claim at once". Neither drop panics,
 /// and a rival can claim and take right after either.
-// FAILS on main: Session::drop skips the revoke when a tokio runtime is current (and aborts the keep-alive), so the claim and permit stay blocked until the TTL runs out.
+// Found (fixed since): Session::drop skips the revoke when a tokio runtime is current (and aborts the keep-alive), so the claim and permit stay blocked until the TTL runs out.
 #[test]
 fn dropping_handles_inside_a_tokio_runtime_releases_at_once() {
     let _one = one();
