@@ -227,7 +227,7 @@ fn handover_gaps(prefix: &[&str], log: &Path) -> Vec<u128> {
 fn handover_median_is_within_5ms() {
     let _alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
-    let mut best = |what: &str, args: &dyn Fn(&Path) -> Vec<String>| {
+    let best = |what: &str, args: &dyn Fn(&Path) -> Vec<String>| {
         let mut medians = Vec::new();
         for round in 0..2 {
             let (f, log) = (

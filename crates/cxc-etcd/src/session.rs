@@ -269,7 +269,8 @@ impl Session {
         let fresh = {
             let st = self.state();
             // Just granted: it has its whole TTL already.
-            st.id == id && st.life.last_ns.load(Ordering::Acquire) == 0
+            st.id == id
+                && st.life.last_ns.load(Ordering::Acquire) == 0
                 && st.life.base.elapsed() < Duration::from_millis(100)
         };
         if fresh || self.keep_alive(id)? {
