@@ -1,4 +1,4 @@
-//! `cxc lease run PATH [-n] [-w D] [-E N] [--kill-after D] -- CMD ARGS...`: flock(1)
+//! `cxc lease run PATH [-n] [-w D] [-E N] [--kill-after D | --grace N] -- CMD ARGS...`: flock(1)
 //! with crash failover. The claim is held by a keeper process on behalf of the command's
 //! process group (see `supervise`).
 
@@ -21,6 +21,10 @@ pub(crate) struct LeaseRun {
     /// runs only once it is gone. Default: never take over from a live holder.
     #[arg(long, value_parser = duration::parse)]
     kill_after: Option<Duration>,
+    /// The same opt-in, in epochs of `--tick` (the first spelling of this command):
+    /// `--grace N` is `--kill-after` N × tick, raised to the 10 ms minimum.
+    #[arg(long, conflicts_with = "kill_after")]
+    grace: Option<u64>,
     /// Epoch length of a lease file this command creates.
     #[arg(long, default_value = "1ms", value_parser = duration::parse)]
     tick: Duration,
@@ -36,20 +40,33 @@ pub(crate) fn run(args: LeaseRun) -> Result<u8, CliError> {
 /// holder is renewed every quarter of it, at least every millisecond.
 const MIN_KILL_AFTER: Duration = Duration::from_millis(10);
 
+/// `--kill-after`, or `--grace N` as N epochs of `--tick` (at least [`MIN_KILL_AFTER`];
+/// a grace too long to count in nanoseconds is no takeover at all).
+fn kill_after(args: &LeaseRun) -> Option<Duration> {
+    match args.grace {
+        Some(n) => {
+            let ns = u64::try_from(args.tick.as_nanos()).ok()?.checked_mul(n)?;
+            Some(Duration::from_nanos(ns).max(MIN_KILL_AFTER))
+        }
+        None => args.kill_after,
+    }
+}
+
 fn keep(args: &LeaseRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
-    if args.kill_after.is_some_and(|d| d < MIN_KILL_AFTER) {
+    let kill_after = kill_after(args);
+    if kill_after.is_some_and(|d| d < MIN_KILL_AFTER) {
         return Err(CliError::usage("--kill-after must be at least 10ms"));
     }
     let path = &files::follow(&args.path);
     let builder = OwnerLease::builder(path).epoch(EpochMode::Clock { tick: args.tick });
-    let builder = match args.kill_after {
+    let builder = match kill_after {
         Some(d) => builder.grace(d),
         None => builder.grace_epochs(u64::MAX),
     };
     let (lease, _) = builder
         .create_or_open::<u64>(0)
         .map_err(|e| files::error(&args.path, &e))?;
-    if args.kill_after.is_some() && lease.epoch_mode() == EpochMode::Manual {
+    if kill_after.is_some() && lease.epoch_mode() == EpochMode::Manual {
         // Its epochs only move when something ticks them: no holder would ever look stale.
         return Err(CliError::usage(format!(
             "--kill-after needs a lease file with clock-driven epochs; {} was created with \
@@ -60,8 +77,7 @@ fn keep(args: &LeaseRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let what = format!("lease {}", path.display());
     let guard = keeper.acquire(&what, || lease.try_lock(), |t| lease.lock_timeout(t))?;
     let env = [("CXC_LEASE_PATH", path.clone().into_os_string())];
-    let period = args
-        .kill_after
+    let period = kill_after
         .map_or(Duration::from_millis(100), |d| d / 4)
         .clamp(Duration::from_millis(1), Duration::from_millis(100));
     keeper.run_exclusive(&what, path, &guard, &env, period, "superseded")

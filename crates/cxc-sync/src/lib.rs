@@ -77,6 +77,9 @@ pub use rwlock::{
     ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, SharedRwLock, WriteGuard,
     WriteGuardError,
 };
+/// The seed's spelling of [`SharedRwLock`] (seed 000, "Pitfalls").
+#[cfg(not(cxc_loom))]
+pub type SharedRWLock<T> = SharedRwLock<T>;
 #[cfg(not(cxc_loom))]
 pub use semaphore::{
     HolderInfo, ManyPermits, OwnedPermit, Permit, SemaphoreSnapshot, SemaphoreStats,

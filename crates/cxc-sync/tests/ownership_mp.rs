@@ -1756,7 +1756,10 @@ fn lower_pid_never_preempts_a_live_writer_mid_write() {
         .arg("path", &path)
         .arg("stop", &stop)
         .spawn();
-    lease.write_as_owner(low, [0; 6]); // not the holder: refused, changes nothing
+    assert!(
+        !lease.write_as_owner(low, [0; 6]),
+        "a pid that does not hold the lease wrote"
+    );
     assert_eq!(b.next_report(REPORT_WAIT), "inside");
     for _ in 0..=grace {
         lease.tick_epoch();

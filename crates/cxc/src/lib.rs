@@ -135,7 +135,8 @@ pub use cxc_sync::{
 /// Lease internals useful to tools: counter names, type-erased read-only inspection.
 pub mod lease {
     pub use cxc_sync::lease::{
-        DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, PAYLOAD_BYTES, counter, inspect,
+        DEFAULT_GRACE, DEFAULT_GRACE_EPOCHS, DEFAULT_TICK, NO_OWNER, PAYLOAD_BYTES, counter,
+        inspect,
     };
 }
 
@@ -185,6 +186,6 @@ pub use cxc_sync::{
     SemaphoreSnapshot, SemaphoreStats, SharedSemaphore,
 };
 pub use cxc_sync::{
-    ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, RwLockStats, SharedRwLock,
-    WriteGuard, WriteGuardError,
+    ReadGuard, RwHolderInfo, RwLockError, RwLockOptions, RwLockSnapshot, RwLockStats, SharedRWLock,
+    SharedRwLock, WriteGuard, WriteGuardError,
 };

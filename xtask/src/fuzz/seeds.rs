@@ -67,9 +67,9 @@ fn leases(s: &Scratch, out: &mut Vec<(String, Vec<u8>)>) -> io::Result<()> {
     let p = s.path("held.lease");
     let l = OwnerLease::<u64>::create(&p, 7).map_err(err)?;
     l.try_acquire(me, 3);
-    l.write_as_owner(me, 42);
+    assert!(l.write_as_owner(me, 42), "seed: the holder's write");
     l.tick_epoch();
-    l.beat(me);
+    assert!(l.beat(me), "seed: the holder's beat");
     snap(&p, "lease_u64_held_by_me", out)?;
     // Taken over as stale by another pid, which is then left writing.
     for _ in 0..5 {
@@ -77,7 +77,7 @@ fn leases(s: &Scratch, out: &mut Vec<(String, Vec<u8>)>) -> io::Result<()> {
     }
     let c = l.try_claim(FAKE_PID, 1);
     if let Some(c) = &c {
-        l.write_claimed(c, 9);
+        assert!(l.write_claimed(c, 9), "seed: the new claim's write");
     }
     snap(&p, "lease_u64_stale_takeover", out)?;
     let _ = l.with_lease(FAKE_PID, 1, |v| {
@@ -103,7 +103,8 @@ fn leases(s: &Scratch, out: &mut Vec<(String, Vec<u8>)>) -> io::Result<()> {
     let c = b.try_claim(FAKE_PID, 3);
     b.try_acquire(me, 3);
     if let Some(c) = &c {
-        b.write_claimed(c, 1);
+        // Whatever it returns, the file it leaves is the seed.
+        let _ = b.write_claimed(c, 1);
     }
     b.release(me);
     b.acquire(FAKE_PID, 3, Duration::from_millis(1));

@@ -15,6 +15,11 @@ mod write;
 pub use claim::{DEFAULT_GRACE_EPOCHS, LeaseClaim, LeaseError, LeaseOptions, Preemption};
 pub use state::{LeaseStats, PAYLOAD_BYTES, counter};
 
+/// The seed's name for "no owner": pid 0 is reserved and never a holder (every call
+/// refuses it). [`OwnerLease::current_owner`](crate::OwnerLease::current_owner) reports
+/// a vacant lease as `None`.
+pub const NO_OWNER: u32 = 0;
+
 #[cfg(all(feature = "async", not(cxc_loom)))]
 mod async_hooks;
 #[cfg(all(feature = "async", not(cxc_loom)))]

@@ -198,6 +198,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Seed API: writes the payload if `my_pid` holds the lease. The ownership check and
     /// the publication are one atomic step: a holder that was superseded never publishes.
     #[inline]
+    #[must_use = "`false` means the lease was lost: stop the work it guards"]
     pub fn write_as_owner(&self, my_pid: u32, value: T) -> bool {
         self.write_held(&to_words(&value), |w| self.held_as(w, my_pid))
             .is_ok()
@@ -208,6 +209,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// payload buffer is held in quarantine by stalled writers of earlier claims
     /// (counter `no_buffer`; see `docs/owner-lease.md`).
     #[inline]
+    #[must_use = "`false` means the lease was lost: stop the work it guards"]
     pub fn write_claimed(&self, claim: &LeaseClaim, value: T) -> bool {
         if claim.proc != my_proc() {
             return false;
@@ -251,6 +253,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Seed API: refreshes the heartbeat if `my_pid` holds the lease; `false` means the
     /// lease was lost (preempted or taken over).
     #[inline]
+    #[must_use = "`false` means the lease was lost: stop the work it guards"]
     pub fn beat(&self, my_pid: u32) -> bool {
         self.state()
             .beat_if(self.now(), |w| self.held_as(w, my_pid))
@@ -258,6 +261,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     /// Refreshes the heartbeat if `claim` is still current (and this process made it).
     #[inline]
+    #[must_use = "`false` means the lease was lost: stop the work it guards"]
     pub fn beat_claimed(&self, claim: &LeaseClaim) -> bool {
         let ok =
             claim.proc == my_proc() && self.state().beat_if(self.now(), |w| w.id() == claim.id);
