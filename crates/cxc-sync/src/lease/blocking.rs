@@ -51,7 +51,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             pid: my_pid,
             private: false,
         };
-        self.acquire_as_spinning(me, grace, timeout, spin)
+        self.acquire_as(me, grace, timeout, spin)
             .map(|g| self.state().claim_for(g.word, g.torn, my_proc()))
     }
 
@@ -77,18 +77,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         }
     }
 
-    /// The blocking claim behind [`acquire`](Self::acquire) and the guards' `lock`.
+    /// The blocking claim behind [`acquire`](Self::acquire) and the guards' `lock`;
+    /// spinning first only if `spin`.
     pub(super) fn acquire_as(
-        &self,
-        me: Claimant,
-        grace: u64,
-        timeout: Duration,
-    ) -> Option<Granted> {
-        self.acquire_as_spinning(me, grace, timeout, true)
-    }
-
-    /// [`acquire_as`](Self::acquire_as), spinning first only if `spin`.
-    fn acquire_as_spinning(
         &self,
         me: Claimant,
         grace: u64,

@@ -139,7 +139,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             private: true,
         };
         let left = t.saturating_sub(started.elapsed());
-        let g = self.acquire_as(me, self.guard.grace, left)?;
+        let g = self.acquire_as(me, self.guard.grace, left, true)?;
         Some(self.core_for(g, proc))
     }
 
