@@ -63,7 +63,7 @@ const RW_LIVE: &str = "rwlock_live_writers_are_never_evicted_when_a_dead_writer_
 /// processes fill the holder table, so a waiter's `reclaim_dead` scan is long. A live
 /// writer whose guard reports `Lost` was evicted while it ran: its section overlapped the
 /// next writer's.
-// FAILS on main: a live, progressing writer is evicted as "dead" right after it claimed (Watch::check evicts the *current* word after reclaim_dead); docs/shared-rwlock.md "Dead writer: waiters ... evict it at once" / grace 30 s
+// Found (fixed since): a live, progressing writer was evicted as "dead" right after it claimed (Watch::check evicted the *current* word after reclaim_dead); docs/shared-rwlock.md "Dead writer: waiters ... evict it at once" / grace 30 s
 #[test]
 fn rwlock_live_writers_are_never_evicted_when_a_dead_writer_is_reclaimed() {
     fn role_idle() {

@@ -44,10 +44,12 @@ impl Watch {
         };
         if lock.slot_dead(writer) {
             let freed = lock.reclaim_dead() > 0;
-            let now_w = raw.word();
-            if raw.evict(now_w) {
+            // Evict only the claim judged dead (`w`): `reclaim_dead` may have evicted it
+            // already and a woken writer may hold the lock by now; `evict` refuses any
+            // other claim (it compares the claim id, tokens included).
+            if raw.evict(w) {
                 raw.bump(ctr::EVICTED_DEAD);
-                lock.note(OpCode::RwEvictDead, 0, now_w.token());
+                lock.note(OpCode::RwEvictDead, 0, w.token());
                 return true;
             }
             return freed;
