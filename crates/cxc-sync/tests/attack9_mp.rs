@@ -106,7 +106,7 @@ const HB_STALL: &str =
 /// and failover-watchdog.md: every unit is reclaimed exactly once, none lost. The
 /// stalled registrant's late stores must not touch the new registration: its bits, its
 /// identity and its ability to clear them stay.
-// FAILS on main (7/7 runs): a registrant stalled after its owner CAS, once continued, wipes the next owner's in-flight bits and identity (heartbeat.md Register step 2: "From here no one can add bits: a worker's write is a CAS that needs its live tag"; failover-watchdog.md: each bit reclaimed exactly once)
+// Found (fixed since; failed 7/7 runs): a registrant stalled after its owner CAS, once continued, wiped the next owner's in-flight bits and identity (heartbeat.md Register step 2: "From here no one can add bits: a worker's write is a CAS that needs its live tag"; failover-watchdog.md: each bit reclaimed exactly once)
 #[test]
 fn hb_registrant_stalled_after_its_owner_cas_never_erases_the_next_owners_bits() {
     fn role_churn() {

@@ -12,14 +12,18 @@
 //!            pid          generation    FENCED
 //! lo / hi    63........32 31..................0
 //!            tag          in-flight bits 0..31 (lo) / 32..63 (hi)
-//! id_gen     63........31 30..........0
-//!            0            generation the id_* words belong to (0: being written)
+//! id_gen     63.....33 32     31    30..........0
+//!            0         MIXED  BUSY  generation the id_* words belong to
 //! ```
 //!
 //! `id_unique`, `id_pidns`, `id_boot` hold the [`Identity`](cxc_mmf::identity::Identity)
-//! of the process the slot was registered for (its pid is the owner word's); they are
-//! written like a seqlock after the owner CAS and read only when `id_gen` names the
-//! owner word's generation before and after the read.
+//! of the process the slot was registered for (its pid is the owner word's), each XORed
+//! with a mix of the generation ([`id_word`]). The registrant takes them after its owner
+//! CAS by a CAS on `id_gen` (`generation | BUSY`), writes each word by CAS, and ends with
+//! `generation | MIXED`; a registrant that stalled and was replaced cannot overwrite a
+//! newer one's words (`write_identity` in `slot.rs`). They are read only when `id_gen` is
+//! the owner word's generation with MIXED before and after the read. (A record written
+//! by an earlier release, without MIXED, reads as unknown.)
 //!
 //! A *tag* is the low half of an owner word (`generation << 1 | FENCED`). A bitmap half is
 //! writable by a worker only while its tag is the worker's live tag, so every worker write
@@ -57,6 +61,28 @@ pub(crate) const fn pid_of(owner: u64) -> u32 {
 #[inline]
 pub(crate) const fn gen_of(owner_or_tag: u64) -> u32 {
     ((owner_or_tag as u32) >> 1) & GEN_MASK
+}
+
+/// Whether generation `a` is newer than `b` (31-bit wrapping order: up to 2³⁰
+/// registrations ahead).
+#[inline]
+pub(crate) const fn gen_newer(a: u32, b: u32) -> bool {
+    let d = a.wrapping_sub(b) & GEN_MASK;
+    d != 0 && d < 1 << 30
+}
+
+/// `id_gen` flag: the registration of the low 31 bits is writing the identity words.
+pub(crate) const ID_BUSY: u64 = 1 << 31;
+/// `id_gen` flag: the identity words are complete and stored mixed ([`id_word`]).
+pub(crate) const ID_MIXED: u64 = 1 << 32;
+
+/// Identity word `index` (0 `unique`, 1 `pidns`, 2 `boot`) as stored for `generation`,
+/// or back (the mix is an XOR): the value XOR an odd multiple of the generation and the
+/// index, so one registration's words differ from every other generation's, even for
+/// the same process (see `write_identity` in `slot.rs`).
+#[inline]
+pub(crate) const fn id_word(value: u64, generation: u32, index: usize) -> u64 {
+    value ^ ((generation as u64) | ((index as u64 + 1) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Whether the FENCED flag is set.
@@ -181,7 +207,7 @@ crate::macros::file_layout! {
     /// | 32     | `id_unique`  | identity of the registered process: pidfs inode or start time |
     /// | 40     | `id_pidns`   | identity: pid namespace inode                        |
     /// | 48     | `id_boot`    | identity: boot id hash                               |
-    /// | 56     | `id_gen`     | generation the `id_*` words belong to (0: being written) |
+    /// | 56     | `id_gen`     | generation of the `id_*` words · BUSY · MIXED (module docs) |
     #[repr(C, align(64))]
     pub(crate) struct HeartbeatSlot {
         pub(crate) owner: AtomicU64,

@@ -289,3 +289,44 @@ fn loom_os_dead_reuse_vs_fence() {
         assert!(!slot.beat(old, 3));
     });
 }
+
+/// A registrant preempted anywhere after its owner CAS (a SIGSTOP) while a watchdog
+/// fences that registration and a second registrant takes the slot and marks a bit:
+/// whatever the first one does when it resumes, the second registration keeps its bit,
+/// its identity and its slot, and the first one's registration is dead.
+#[test]
+fn loom_stalled_registrant_never_overwrites_the_next_registration() {
+    loom::model(|| {
+        let slot = Arc::new(HeartbeatSlot::new_free());
+        let first = on(&slot, |slot| {
+            slot.try_claim(10, &id(10, 7), 1, &ClaimRule::FreeOrFenced)
+        });
+        let seen = loop {
+            let o = slot.owner.load(Ordering::Acquire);
+            if pid_of(o) == 10 {
+                break o;
+            }
+            thread::yield_now();
+        };
+        assert_eq!(slot.reclaim(seen).map(|(bits, _)| bits), Some(0));
+        let Claim::Won { owner, .. } = slot.try_claim(20, &id(20, 9), 2, &ClaimRule::FreeOrFenced)
+        else {
+            panic!("a fenced, empty slot must be claimable");
+        };
+        assert!(slot.update_bit(owner, 1, true));
+        let first = first.join().unwrap();
+        let snap = slot.read().unwrap();
+        assert_eq!(
+            (snap.pid, snap.fenced, snap.in_flight_bitmap),
+            (20, false, 1 << 1),
+            "the resumed registrant touched the new registration"
+        );
+        assert_eq!(snap.identity, id(20, 9), "identity overwritten");
+        assert!(slot.beat(owner, 3));
+        assert!(slot.update_bit(owner, 1, false));
+        if let Claim::Won { owner: old, .. } = first {
+            assert!(!slot.beat(old, 3));
+            assert!(!slot.update_bit(old, 2, true));
+        }
+    });
+}

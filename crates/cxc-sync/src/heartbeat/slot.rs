@@ -173,45 +173,140 @@ impl HeartbeatSlot {
         {
             return Claim::No;
         }
-        self.write_identity(identity, new_gen);
-        // SYNC: half-retag. Release: the identity and last_seen stores above are visible to
-        // anyone who Acquire-loads a half carrying the new live tag (or a later value in
-        // its release sequence, i.e. after a worker's mark).
-        let tag = live_tag(new_gen);
-        self.lo.store(half_word(tag, 0), Ordering::Release);
-        self.hi.store(half_word(tag, 0), Ordering::Release);
+        // From here on a stall of any length is possible (a SIGSTOP, a preempted thread):
+        // a watchdog may fence this registration and another registrant take the slot
+        // before we go on. So the identity and the halves are written only by CAS, and
+        // only over values of older registrations: a registrant that finds a newer one
+        // there gives up and leaves everything as it found it.
+        if !self.write_identity(identity, new) {
+            return Claim::No;
+        }
+        if !(self.retag_live(&self.lo, new) && self.retag_live(&self.hi, new)) {
+            return Claim::No;
+        }
         Claim::Won {
             owner: new,
             reused: generation != 0,
         }
     }
 
-    /// Records `identity` for generation `generation` (seqlock-style: `id_gen` is 0 while
-    /// the words change). Called only by the registrant that won the owner CAS.
-    fn write_identity(&self, identity: &Identity, generation: u32) {
-        self.id_gen.store(0, Ordering::Relaxed);
-        // SYNC: slot-identity. The Release fence orders the `id_gen = 0` store before the
-        // word stores: a reader that sees a new word also sees `id_gen` != the old value.
-        fence(Ordering::Release);
-        self.id_unique.store(identity.unique, Ordering::Relaxed);
-        self.id_pidns.store(identity.pidns, Ordering::Relaxed);
-        self.id_boot.store(identity.boot, Ordering::Relaxed);
+    /// Retags a closed `half` live for the registration `owner` (no bits). A half is
+    /// closed for us if it has no bits and carries no live tag of a newer generation: a
+    /// fenced tag, a never-used one, or the live tag of an older registration whose
+    /// registrant stalled before its own retag and set it late. False if a newer
+    /// registration owns the half (ours was fenced and replaced meanwhile); the half is
+    /// then left alone. (A newer live tag while the owner word is still ours can only be
+    /// garbage written into the file: it is overwritten.)
+    fn retag_live(&self, half: &AtomicU64, owner: u64) -> bool {
+        let tag = tag_of(owner);
+        let mut cur = half.load(Ordering::Acquire);
+        loop {
+            if half_tag(cur) == tag && half_bits(cur) == 0 {
+                return true;
+            }
+            let other = half_tag(cur);
+            let newer_live = other != 0
+                && other & 1 == 0
+                && gen_newer(gen_of(u64::from(other)), gen_of(u64::from(tag)));
+            if half_bits(cur) != 0 || (newer_live && self.owner.load(Ordering::Acquire) != owner) {
+                return false;
+            }
+            // SYNC: half-retag. Release: the identity and last_seen stores above are
+            // visible to anyone who Acquire-loads a half carrying the new live tag (or a
+            // later value in its release sequence, i.e. after a worker's mark).
+            match half.compare_exchange(cur, half_word(tag, 0), Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(v) => cur = v,
+            }
+        }
+    }
+
+    /// Records `identity` for the registration `owner`. False if a newer registration owns
+    /// the record (ours was fenced and replaced while we stalled).
+    ///
+    /// `id_gen` says whose the words are: `generation | ID_BUSY` while that registration
+    /// writes them, `generation | ID_MIXED` once they are complete. A registrant takes the
+    /// record from any older generation with one CAS on `id_gen`, then writes each word
+    /// with a CAS from the value it loaded, re-checking `id_gen` between the load and the
+    /// CAS; a registrant that was replaced meanwhile either sees the newer `id_gen` or
+    /// fails its CAS, because the newer one's values differ from every older value: each
+    /// word is stored XORed with a mix of its generation ([`id_word`]), so even the same
+    /// process registering again writes new values. The words of the newest registrant
+    /// therefore stay once written, whatever a stalled older one does when it resumes.
+    fn write_identity(&self, identity: &Identity, owner: u64) -> bool {
+        let generation = gen_of(owner);
+        let mut g = self.id_gen.load(Ordering::Acquire);
+        loop {
+            let theirs = (g & u64::from(GEN_MASK)) as u32;
+            // Not older than ours: a newer registrant's, unless the owner word is still
+            // ours (then it is garbage written into the file, and taken like an old one).
+            if (theirs == generation || gen_newer(theirs, generation))
+                && self.owner.load(Ordering::Acquire) != owner
+            {
+                return false;
+            }
+            // SYNC: slot-identity. AcqRel: takes the record; pairs with the Acquire loads
+            // of an older registrant's word writes below.
+            match self.id_gen.compare_exchange(
+                g,
+                u64::from(generation) | ID_BUSY,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(v) => g = v,
+            }
+        }
+        let busy = u64::from(generation) | ID_BUSY;
+        let words = [identity.unique, identity.pidns, identity.boot];
+        for (i, (word, value)) in self.id_words().into_iter().zip(words).enumerate() {
+            let want = id_word(value, generation, i);
+            loop {
+                // SYNC: slot-identity. Acquire: if `cur` is a newer registrant's value, the
+                // `id_gen` load below sees that registrant's takeover (or later).
+                let cur = word.load(Ordering::Acquire);
+                if self.id_gen.load(Ordering::Acquire) != busy {
+                    return false;
+                }
+                if cur == want {
+                    break;
+                }
+                // SYNC: slot-identity (Release: see the Acquire load above).
+                if word
+                    .compare_exchange(cur, want, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+        }
         // SYNC: slot-identity (Release; pairs with the Acquire load in `identity`).
-        self.id_gen.store(u64::from(generation), Ordering::Release);
+        self.id_gen
+            .compare_exchange(
+                busy,
+                u64::from(generation) | ID_MIXED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// The three identity words, in [`id_word`] index order.
+    fn id_words(&self) -> [&AtomicU64; 3] {
+        [&self.id_unique, &self.id_pidns, &self.id_boot]
     }
 
     /// The identity recorded for the registration `owner` (its pid is the owner word's);
     /// unknown if the words belong to another generation or are being written.
     pub(crate) fn identity(&self, owner: u64) -> Identity {
-        let generation = u64::from(gen_of(owner));
-        // SYNC: slot-identity (Acquire; pairs with the Release store in `write_identity`).
+        let generation = gen_of(owner);
+        // SYNC: slot-identity (Acquire; pairs with the Release CAS in `write_identity`).
         let g1 = self.id_gen.load(Ordering::Acquire);
-        if g1 != generation || pid_of(owner) == 0 {
+        if g1 != u64::from(generation) | ID_MIXED || pid_of(owner) == 0 {
             return Identity::default();
         }
-        let unique = self.id_unique.load(Ordering::Relaxed);
-        let pidns = self.id_pidns.load(Ordering::Relaxed);
-        let boot = self.id_boot.load(Ordering::Relaxed);
+        let [unique, pidns, boot] = self.id_words().map(|w| w.load(Ordering::Relaxed));
         // SYNC: slot-identity. Keeps the word loads before the re-read of `id_gen`.
         fence(Ordering::Acquire);
         if self.id_gen.load(Ordering::Relaxed) != g1 {
@@ -219,9 +314,9 @@ impl HeartbeatSlot {
         }
         Identity {
             pid: pid_of(owner),
-            pidns,
-            boot,
-            unique,
+            unique: id_word(unique, generation, 0),
+            pidns: id_word(pidns, generation, 1),
+            boot: id_word(boot, generation, 2),
         }
     }
 
