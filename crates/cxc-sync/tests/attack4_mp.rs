@@ -35,6 +35,7 @@ fn num(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
 }
 
+#[cfg(feature = "async")]
 fn wait_file(path: &Path) {
     let t = Instant::now();
     while !path.exists() {
@@ -45,6 +46,7 @@ fn wait_file(path: &Path) {
     }
 }
 
+#[cfg(feature = "async")]
 fn park() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(60));
