@@ -55,7 +55,7 @@ const STALE: u64 = 0xDEAD_0000_0000;
 /// after the first `Err(Lost)` must never publish, and its stores must never reach a
 /// buffer that a later holder stages or publishes. The parent, the new holder, writes and
 /// reads back its own values while the stale guard keeps writing.
-// FAILS on main: a superseded guard's second `write` after `Err(Lost)` fills its old staging buffer, freed from quarantine by the first failed write and reused by the new holder: the new holder reads the stale guard's values (docs/api.md "GuardError::Lost { successor } (superseded; nothing was published)"; owner-lease.md L7 "no byte of an abandoned write is ever published")
+// Found (fixed since): a superseded guard's second `write` after `Err(Lost)` fills its old staging buffer, freed from quarantine by the first failed write and reused by the new holder: the new holder reads the stale guard's values (docs/api.md "GuardError::Lost { successor } (superseded; nothing was published)"; owner-lease.md L7 "no byte of an abandoned write is ever published")
 #[test]
 fn superseded_guard_writing_again_after_lost_never_reaches_a_reused_buffer() {
     const T: &str = "superseded_guard_writing_again_after_lost_never_reaches_a_reused_buffer";
@@ -154,7 +154,7 @@ fn superseded_guard_writing_again_after_lost_never_reaches_a_reused_buffer() {
 /// (private) claim. The claims layer must not become a second writer of a guard's claim:
 /// its `write_claimed` must fail, and whatever it does, a guard write reported as
 /// `Err(Lost)` must never be the published value.
-// FAILS on main: in the guard holder's process, `write_claimed(&current_claim())` publishes under the guard's claim (a second writer), and the guard's next write returns Err(Lost) while is_current() is true, yet is the published value (api.md "mixing the layers can never make two writers"; "GuardError::Lost ... nothing was published")
+// Found (fixed since): in the guard holder's process, `write_claimed(&current_claim())` publishes under the guard's claim (a second writer), and the guard's next write returns Err(Lost) while is_current() is true, yet is the published value (api.md "mixing the layers can never make two writers"; "GuardError::Lost ... nothing was published")
 #[test]
 fn guard_claim_token_from_current_claim_is_not_a_second_writer() {
     const T: &str = "guard_claim_token_from_current_claim_is_not_a_second_writer";
@@ -516,7 +516,7 @@ fn chaos_of_stops_and_kills_never_shows_a_lost_claims_value() {
 /// `payload_torn()` "stays true until the new holder writes". When that holder releases
 /// without writing, nobody has restored the payload: the flag must not be lost (the
 /// next claim must still be told, as a robust mutex does not forget `EOWNERDEAD`).
-// FAILS on main: a holder that inherited an interrupted update and releases without writing clears the flag: payload_torn() is false and the next claim's payload_may_be_inconsistent() is false though nobody wrote (owner-lease.md "payload_torn() stays true until the new holder writes")
+// Found (fixed since): a holder that inherited an interrupted update and releases without writing clears the flag: payload_torn() is false and the next claim's payload_may_be_inconsistent() is false though nobody wrote (owner-lease.md "payload_torn() stays true until the new holder writes")
 #[test]
 fn inherited_interrupted_update_is_not_forgotten_by_a_release_without_write() {
     const T: &str = "inherited_interrupted_update_is_not_forgotten_by_a_release_without_write";

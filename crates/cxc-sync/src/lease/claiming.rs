@@ -150,10 +150,16 @@ impl LeaseState {
             };
             let mut next = cur;
             let mut torn = cur.writing();
+            let marker = self.torn.load(Ordering::Acquire);
             if cur.is_vacant() {
-                // A dead holder's claim vacated mid-update (`vacate_dead_holder`): the next
-                // claim inherits the torn flag.
-                torn = self.torn.load(Ordering::Acquire) == TORN_NEXT | cur.gen_low();
+                // A claim vacated with an interrupted update not yet rewritten (a dead
+                // holder's, `vacate_dead_holder`, or a release by a holder that inherited
+                // one, `pass_torn_on`): the next claim inherits the torn flag.
+                torn = marker == TORN_NEXT | cur.gen_low();
+            } else if marker == cur.id() || marker == TORN_NEXT | cur.gen_low() {
+                // The holder we take over inherited an interrupted update and has not
+                // written since (or is releasing it just now): we inherit it too.
+                torn = true;
             }
             if cur.may_be_writing() {
                 // A write may be in flight: WRITE is set, or the holder is a guard (whose
@@ -167,9 +173,10 @@ impl LeaseState {
                 }
                 if cur.private() {
                     // A guard's update was interrupted if its staging buffer is mid-fill.
-                    torn = cur
-                        .stage()
-                        .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1);
+                    torn = torn
+                        || cur
+                            .stage()
+                            .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1);
                 }
                 if verdict != Liveness::Dead {
                     if cur.writing() {
@@ -317,11 +324,29 @@ impl LeaseState {
     pub(crate) fn release_exact(&self, word: Word) -> Option<Word> {
         debug_assert!(!word.is_vacant() && !word.may_be_writing());
         let next = word.vacated();
+        self.pass_torn_on(word);
         self.claim
             .compare_exchange(word.0, next.0, Ordering::SeqCst, Ordering::Relaxed)
             .ok()?;
         self.wake_waiters();
         Some(next)
+    }
+
+    /// Before releasing `cur`: if it inherited an interrupted update and has not written
+    /// since (`torn` names it), the flag goes on to the vacant word the release leaves
+    /// (`TORN_NEXT` with its generation bits), so the next claim inherits it too. A CAS,
+    /// so it never overwrites the flag of a claim that superseded `cur` meanwhile; a
+    /// taker of `cur` that sees the passed-on flag inherits it as well (`try_claim`).
+    #[inline]
+    fn pass_torn_on(&self, cur: Word) {
+        if self.torn.load(Ordering::Acquire) == cur.id() {
+            let _ = self.torn.compare_exchange(
+                cur.id(),
+                TORN_NEXT | cur.gen_low(),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     /// Releases the claim `id` (holder + generation bits). A stale id never touches the
@@ -341,12 +366,14 @@ impl LeaseState {
     #[inline]
     pub(crate) fn release_from(&self, id: u64, mut cur: Word, by_guard: bool) -> Option<Word> {
         loop {
-            if cur.id() != id || cur.is_vacant() {
+            // Only a guard releases a guard's (private) claim.
+            if cur.id() != id || cur.is_vacant() || (cur.private() && !by_guard) {
                 self.bump(counter::STALE_OP_REJECTED, 1);
                 return None;
             }
+            self.pass_torn_on(cur);
             let mut next = cur.vacated();
-            if cur.writing() || (cur.private() && !by_guard) {
+            if cur.writing() {
                 next = self.quarantine_stage(cur, next);
             }
             match self.install(cur, next) {

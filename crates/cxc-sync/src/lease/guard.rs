@@ -59,6 +59,9 @@ struct Core {
     generation: u64,
     torn: Cell<bool>,
     done: Cell<bool>,
+    /// A write was refused as lost: the staging buffer this guard knew may already be
+    /// out of quarantine and staged by the new holder, so the guard never fills again.
+    gone: Cell<bool>,
     /// The process that made the claim: a guard copied into a forked child is inert.
     proc: u32,
 }
@@ -99,6 +102,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             generation: self.state().full_generation(g.word),
             torn: Cell::new(g.torn),
             done: Cell::new(false),
+            gone: Cell::new(false),
             proc,
         }
     }
@@ -220,7 +224,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     #[inline]
     fn g_write(&self, core: &Core, value: &T) -> Result<(), GuardError> {
-        if core.proc != my_proc() {
+        if core.proc != my_proc() || core.gone.get() {
             return Err(self.lost(core));
         }
         match self
@@ -234,7 +238,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 Ok(())
             }
             Err(WriteRefused::NoBuffer) => Err(GuardError::NoBuffer),
-            Err(_) => Err(self.lost(core)),
+            Err(_) => {
+                // The failed publication took our staging buffer out of quarantine
+                // (`free_own_quarantine`): from now on it may be another claim's.
+                core.gone.set(true);
+                Err(self.lost(core))
+            }
         }
     }
 

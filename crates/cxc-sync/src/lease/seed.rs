@@ -214,7 +214,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if claim.proc != my_proc() {
             return false;
         }
-        let r = self.write_held(&to_words(&value), |w| w.id() == claim.id);
+        // Never a guard's (private) claim: its guard is its only writer.
+        let r = self.write_held(&to_words(&value), |w| w.id() == claim.id && !w.private());
         if r == Err(WriteRefused::Lost) {
             self.note(OpCode::LeaseStaleWriteRejected, 0, claim.generation);
         }
@@ -264,7 +265,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[must_use = "`false` means the lease was lost: stop the work it guards"]
     pub fn beat_claimed(&self, claim: &LeaseClaim) -> bool {
         let ok =
-            claim.proc == my_proc() && self.state().beat_if(self.now(), |w| w.id() == claim.id);
+            claim.proc == my_proc()
+                && self
+                    .state()
+                    .beat_if(self.now(), |w| w.id() == claim.id && !w.private());
         if !ok {
             self.note(OpCode::LeaseLossDetected, 0, claim.generation);
         }

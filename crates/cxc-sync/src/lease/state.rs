@@ -387,9 +387,10 @@ impl LeaseState {
     }
 
     /// Whether the current claim inherited an interrupted write that was not yet
-    /// overwritten.
+    /// overwritten (while vacant: whether the next claim inherits one).
     pub(crate) fn torn_pending(&self) -> bool {
         let t = self.torn.load(Ordering::Acquire);
-        t != 0 && self.word().id() == t
+        let w = self.word();
+        t != 0 && (w.id() == t || (w.is_vacant() && t == TORN_NEXT | w.gen_low()))
     }
 }

@@ -196,12 +196,22 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     }
 
     /// The current claim, `None` when vacant.
+    ///
+    /// The token it returns acts (`write_claimed`, `beat_claimed`, `release_claim`) only
+    /// in the process that made the claim, and never for a guard's claim: a guard is the
+    /// only writer of its claim. Elsewhere it is a fencing token to compare, and only
+    /// [`is_current`](Self::is_current) answers for it.
     pub fn current_claim(&self) -> Option<LeaseClaim> {
         let st = self.state();
         let cur = st.word();
         (!cur.is_vacant()).then(|| {
             let torn = st.torn.load(Ordering::Acquire) == cur.id();
-            let proc = st.holder_identity(cur).map_or(0, |id| id.pid);
+            // A guard's claim: an inert token (proc 0 is no process).
+            let proc = if cur.private() {
+                0
+            } else {
+                st.holder_identity(cur).map_or(0, |id| id.pid)
+            };
             st.claim_for(cur.0, torn, proc)
         })
     }
