@@ -584,7 +584,7 @@ fn role_w_sleeper() {
 /// sleeps until its 20 ms reclaim tick (blocking) or 25 ms reactor tick (async).
 /// Control rounds (no future here) measure the normal wake latency. Promise: a cancelled
 /// async waiter swallows no wake-up meant for another waiter (latency like the control).
-// FAILS on main: a release's single futex wake is consumed by another process's reactor whose only async waiter was just dropped, and nobody passes it on: the sleeping waiter in a third party waits a whole tick (docs/async.md "Dropping a ... future at any point leaves ... no registered waiter behind"; brief: "never swallows a wake-up"; docs/shared-semaphore.md "passing on ... since the wake-up it consumed may have been meant for another")
+// Found (fixed since): a release's single futex wake is consumed by another process's reactor whose only async waiter was just dropped, and nobody passes it on: the sleeping waiter in a third party waits a whole tick (docs/async.md "Dropping a ... future at any point leaves ... no registered waiter behind"; brief: "never swallows a wake-up"; docs/shared-semaphore.md "passing on ... since the wake-up it consumed may have been meant for another")
 #[test]
 fn cancelled_async_waiter_swallows_the_release_wakeup_meant_for_another_process() {
     play_role!(role_w_sleeper);
@@ -690,7 +690,7 @@ fn role_w_lease_sleeper() {
 /// a child waits behind it (blocking `lock_timeout` or `lock_async`), this process drops
 /// its future and releases. Promise: the child gets the lease about as fast as in the
 /// control rounds (no future here), not a tick later.
-// FAILS on main: the lease's release wakes one futex sleeper; a process whose lock_async future was just dropped swallows it with its reactor and nobody passes it on: the other process's waiter waits a tick (docs/async.md "A release bumps the wake word (the flag is set), which ends the wait"; "a waiter that was woken but dropped before polling hands its turn to the next one")
+// Found (fixed since): the lease's release wakes one futex sleeper; a process whose lock_async future was just dropped swallows it with its reactor and nobody passes it on: the other process's waiter waits a tick (docs/async.md "A release bumps the wake word (the flag is set), which ends the wait"; "a waiter that was woken but dropped before polling hands its turn to the next one")
 #[test]
 fn cancelled_lock_async_swallows_the_lease_release_wakeup_meant_for_another_process() {
     play_role!(role_w_lease_sleeper);
@@ -808,7 +808,7 @@ fn role_slotless_forker() {
 /// async, the reactor's check sees free permits and wakes the waiter, whose
 /// `try_acquire` fails for want of a slot, it re-arms and kicks the reactor: a busy loop.
 /// Promise: the async waiter is as idle as the blocking one (< 10 % of a core).
-// FAILS on main: an async waiter in a process that has no holder slot (forked child, full table) spins a whole core: the reactor's check sees permits, wakes the waiter, try_acquire fails, it re-arms, repeat (docs/async.md "2,000 waiters idle for 2 s use 0.2–0.3 % of one core (one check per group per tick)")
+// Found (fixed since): an async waiter in a process that has no holder slot (forked child, full table) spins a whole core: the reactor's check sees permits, wakes the waiter, try_acquire fails, it re-arms, repeat (docs/async.md "2,000 waiters idle for 2 s use 0.2–0.3 % of one core (one check per group per tick)")
 #[test]
 fn async_permit_waiter_without_a_holder_slot_stays_idle() {
     play_role!(role_slotless_forker);
@@ -877,7 +877,7 @@ fn role_forgetter() {
 /// handle is dropped and its mapping unmapped, and the reactor's next tick (25 ms)
 /// writes the sleepers flag into the unmapped page. Promise (Rust's): safe code cannot
 /// crash the process; the process must live on.
-// FAILS on main: leaking a pending acquire_async future with the safe `mem::forget`, then dropping the SharedSemaphore, makes the reactor thread touch the unmapped wake word: SIGSEGV from safe code (reactor.rs `Group::word`: "Valid while the group exists: every waiter ... leaves the group (in its Drop) before the borrow ends")
+// Found (fixed since): leaking a pending acquire_async future with the safe `mem::forget`, then dropping the SharedSemaphore, makes the reactor thread touch the unmapped wake word: SIGSEGV from safe code (reactor.rs `Group::word`: "Valid while the group exists: every waiter ... leaves the group (in its Drop) before the borrow ends")
 #[test]
 fn forgotten_pending_future_and_dropped_handle_do_not_crash_the_reactor() {
     play_role!(role_forgetter);

@@ -12,6 +12,7 @@ mod rwlock;
 mod semaphore;
 
 pub use lease::{LeaseLost, LockFuture, OwnedLockFuture};
+pub(crate) use reactor::forget_words;
 pub use reactor::{MAX_WORDS, TICK};
 pub use rwlock::{ReadFuture, WriteFuture};
 pub use semaphore::AcquireFuture;

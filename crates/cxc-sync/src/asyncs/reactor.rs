@@ -19,7 +19,16 @@
 //! being woken at once by a release.
 //!
 //! A waiter is woken alone: it polls, and either makes progress (and leaves its group) or
-//! re-arms. A waiter dropped while in flight hands the turn to the next one.
+//! re-arms. A waiter dropped while in flight hands the turn to the next one, or, if it
+//! was the last of its group, on to the sleepers of other processes (`announce` + wake on
+//! the word). A release wakes one sleeper of the word, which may be this reactor after
+//! the group it slept for emptied: the reactor then hands that wake-up on the same way,
+//! so no other process's waiter is left asleep with the lease or a permit free.
+//!
+//! Words are touched only while their mapping is known alive: a handle that goes away
+//! first removes its words and every group on them ([`forget_words`], from its `Drop`,
+//! under the registry lock), so a future leaked with `mem::forget` leaves at most an
+//! inert group until then, never a dangling word or check.
 //!
 //! A child made by `fork` starts a reactor of its own on its first wait (see [`reactor`]):
 //! the parent's threads do not exist there.
@@ -82,10 +91,18 @@ impl Waiting {
         reactor().arm(&mut self.0, key, waker, make_check);
     }
 
-    /// Leaves the group, if in one.
+    /// Leaves the group, if in one, having made progress.
     pub(crate) fn leave(&mut self) {
         if let Some(t) = self.0.take() {
-            reactor().disarm(t);
+            reactor().disarm(t, true);
+        }
+    }
+
+    /// Leaves the group, if in one, without having made progress (the future is being
+    /// dropped): as the `Drop` of [`Waiting`] does.
+    pub(crate) fn abandon(&mut self) {
+        if let Some(t) = self.0.take() {
+            reactor().disarm(t, false);
         }
     }
 
@@ -97,7 +114,7 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        self.leave();
+        self.abandon();
     }
 }
 
@@ -105,6 +122,23 @@ impl Drop for Waiting {
 struct Groups {
     map: HashMap<Key, Group>,
     next: u64,
+    /// Wake words of live handles that armed a group (removed by [`forget_words`] before
+    /// their mapping goes): the reactor touches a word outside a group only if it is here.
+    live: std::collections::HashSet<usize>,
+}
+
+/// A handle whose mapping holds the wake words `words` is going away: removes them and
+/// every group keyed on them (waiters of futures leaked with `mem::forget` included), so
+/// the reactor never touches the mapping again. Call from the handle's `Drop`, before the
+/// mapping is unmapped.
+pub(crate) fn forget_words(words: &[usize]) {
+    if let Some(r) = running() {
+        let mut g = r.lock();
+        for w in words {
+            g.live.remove(w);
+        }
+        g.map.retain(|k, _| !words.contains(&k.0));
+    }
 }
 
 pub(crate) struct Reactor {
@@ -215,6 +249,7 @@ impl Reactor {
                     id
                 }
             };
+            g.live.insert(key.0);
             let group = g.map.entry(key).or_insert_with(|| Group {
                 word: key.0,
                 check: make_check(),
@@ -232,9 +267,11 @@ impl Reactor {
         self.kick();
     }
 
-    /// Removes a waiter (it made progress, or its future was dropped). A waiter that was
-    /// in flight hands the turn on.
-    pub(crate) fn disarm(&self, ticket: Ticket) {
+    /// Removes a waiter: it made progress (`progressed`), or its future was dropped. A
+    /// dropped waiter that was in flight hands the turn on: to the next waiter of its
+    /// group, or, if it was the last, to the sleepers of other processes. A group that
+    /// empties makes the reactor stop sleeping on its word.
+    pub(crate) fn disarm(&self, ticket: Ticket, progressed: bool) {
         let kick = {
             let mut g = self.lock();
             let Some(group) = g.map.get_mut(&ticket.key) else {
@@ -245,10 +282,17 @@ impl Reactor {
             if was_in_flight {
                 group.in_flight = None;
             }
-            if group.waiters.is_empty() {
+            let emptied = group.waiters.is_empty();
+            if emptied {
                 g.map.remove(&ticket.key);
+                if was_in_flight && !progressed {
+                    // SAFETY: the dropped waiter's future borrows (or owns) the handle
+                    // whose mapping holds the word, so it is mapped now.
+                    let word = unsafe { &*(ticket.key.0 as *const AtomicU32) };
+                    pass_on(word);
+                }
             }
-            was_in_flight
+            emptied || was_in_flight
         };
         if kick {
             self.kick();
@@ -291,9 +335,12 @@ impl Reactor {
 
     fn run(&self) {
         let mut waits: Vec<futex::Wait> = Vec::with_capacity(MAX_WORDS + 1);
+        // (group, word, value announced) of every word in `waits` but the bell.
+        let mut slept: Vec<(Key, usize, u32)> = Vec::with_capacity(MAX_WORDS);
         loop {
             let bell = self.bell.load(Ordering::SeqCst);
             waits.clear();
+            slept.clear();
             let mut bell_wait = futex::Wait::new();
             bell_wait.val = u64::from(bell);
             bell_wait.uaddr = futex::WaitPtr::new(self.bell.as_ptr().cast());
@@ -301,7 +348,7 @@ impl Reactor {
             waits.push(bell_wait);
             {
                 let mut g = self.lock();
-                for group in g.map.values_mut() {
+                for (key, group) in g.map.iter_mut() {
                     if group.in_flight.is_some() || group.waiters.is_empty() {
                         continue;
                     }
@@ -321,6 +368,7 @@ impl Reactor {
                         // Shared (not PRIVATE): the word lives in a MAP_SHARED file mapping.
                         w.flags = futex::WaitFlags::SIZE_U32;
                         waits.push(w);
+                        slept.push((*key, group.word, announced));
                     }
                 }
             }
@@ -331,8 +379,29 @@ impl Reactor {
                 Some(&deadline),
                 rustix::time::ClockId::Monotonic,
             );
+            // A wake-up of a word whose group emptied while we slept was meant for another
+            // process's sleeper: hand it on (the word changed; its group is gone).
+            let g = self.lock();
+            for &(key, addr, announced) in &slept {
+                if g.map.contains_key(&key) || !g.live.contains(&addr) {
+                    continue;
+                }
+                // SAFETY: `addr` is in `live`: its handle has not gone (its `Drop` removes
+                // it under the registry lock, which we hold, before unmapping).
+                let word = unsafe { &*(addr as *const AtomicU32) };
+                if word.load(Ordering::SeqCst) != announced {
+                    pass_on(word);
+                }
+            }
         }
     }
+}
+
+/// Hands a wake-up on to the next sleeper of `word`, in any process: sets the sleepers
+/// flag (a wake-up cleared it) and wakes one.
+fn pass_on(word: &AtomicU32) {
+    park::announce(word);
+    park::wake(word, 1, None);
 }
 
 fn monotonic_after(d: Duration) -> rustix::time::Timespec {

@@ -158,7 +158,7 @@ impl<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> Future for WriteFut
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> Drop for WriteFuture<'_, T> {
     fn drop(&mut self) {
-        self.ticket.leave();
+        self.ticket.abandon();
         if let Some(c) = self.claim.take() {
             self.lock.abandon(c);
         }

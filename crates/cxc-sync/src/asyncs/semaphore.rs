@@ -55,12 +55,21 @@ impl<'a> Future for AcquireFuture<'a> {
                 // group's key is an address inside its mapping), and the reactor runs
                 // checks only while the group exists.
                 let sem = unsafe { &*(handle as *const SharedSemaphore) };
-                if sem.recheck_available() > 0 {
+                // Without a holder slot (a forked child that found the table full) no
+                // permit can be taken, free or not: look for a slot with every reclaim,
+                // as the blocking path does, instead of waking the waiter in a loop.
+                let slotted = sem.has_slot();
+                if slotted && sem.recheck_available() > 0 {
                     return true;
                 }
                 if last_reclaim.elapsed() >= crate::semaphore::RECLAIM_EVERY {
                     last_reclaim = Instant::now();
-                    return sem.reclaim_dead() > 0;
+                    let freed = sem.reclaim_dead() > 0;
+                    return if slotted {
+                        freed
+                    } else {
+                        sem.try_register() && sem.recheck_available() > 0
+                    };
                 }
                 false
             })

@@ -108,8 +108,11 @@ pub struct OwnerLease<T> {
 
 impl<T> Drop for OwnerLease<T> {
     fn drop(&mut self) {
-        // First: the watcher threads read the mapping, which the fields' drops unmap.
+        // First: the watcher threads read the mapping, which the fields' drops unmap; so
+        // may this process's async reactor (groups of leaked futures).
         self.watch.join_all();
+        #[cfg(all(feature = "async", not(cxc_loom)))]
+        crate::asyncs::forget_words(&[std::ptr::from_ref(&self.map.head().wake) as usize]);
         let (by, pinned) = *self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
         if pinned == 0 || by != cxc_mmf::identity::current_pid() {
             return;

@@ -399,6 +399,17 @@ impl<T> SharedRwLock<T> {
 
 crate::macros::instrumented!(SharedRwLock<T>, Kind::RwLock, &ctr::NAMES);
 
+#[cfg(all(feature = "async", not(cxc_loom)))]
+impl<T> Drop for SharedRwLock<T> {
+    fn drop(&mut self) {
+        // Before the mapping goes: this process's async reactor forgets its wake words
+        // (and the groups of futures leaked with `mem::forget`).
+        let h = self.map.head();
+        let words = [&h.rwake, &h.wwake, &h.dwake].map(|w| std::ptr::from_ref(w) as usize);
+        crate::asyncs::forget_words(&words);
+    }
+}
+
 impl<T> std::fmt::Debug for SharedRwLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let w = self.raw().word();

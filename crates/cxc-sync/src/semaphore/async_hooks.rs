@@ -13,4 +13,15 @@ impl SharedSemaphore {
     pub(crate) fn recheck_available(&self) -> u32 {
         self.raw().recheck()
     }
+
+    /// Whether this process has its holder slot (without registering).
+    pub(crate) fn has_slot(&self) -> bool {
+        self.holder.get(crate::liveness::current_pid()).is_some()
+    }
+
+    /// Tries to get this process's holder slot now (a forked child that found the table
+    /// full); whether it has one.
+    pub(crate) fn try_register(&self) -> bool {
+        self.holder_slow().is_ok()
+    }
 }

@@ -112,6 +112,15 @@ fn layout(initial: u32, max: u32, opts: &SemaphoreOptions) -> Result<Layout, Sem
     })
 }
 
+#[cfg(all(feature = "async", not(cxc_loom)))]
+impl Drop for SharedSemaphore {
+    fn drop(&mut self) {
+        // Before the mapping goes: this process's async reactor forgets its wake word
+        // (and the groups of futures leaked with `mem::forget`).
+        crate::asyncs::forget_words(&[self.wake_addr()]);
+    }
+}
+
 impl SharedSemaphore {
     /// Largest `max_permits` a semaphore can have (2^24 - 1).
     pub const MAX_PERMITS: u32 = word::MAX_PERMITS;
