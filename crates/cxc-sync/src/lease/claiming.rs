@@ -6,7 +6,7 @@ use crate::primitive::{Ordering, spin_hint};
 
 use super::state::*;
 use super::word::BufferFields;
-use super::word::{Word, quarantine_tag};
+use super::word::{GEN_SHIFT, Word, quarantine_tag};
 
 impl LeaseState {
     /// Claim protocol (seed 000 + fencing). `now` is the current epoch (read once by the
@@ -312,9 +312,18 @@ impl LeaseState {
     }
 
     #[cold]
-    fn checkpoint(&self, word: u64) {
-        self.term
-            .fetch_max(self.full_generation(word), Ordering::AcqRel);
+    pub(super) fn checkpoint(&self, word: u64) {
+        let low = word >> GEN_SHIFT;
+        let t = self.term.load(Ordering::Acquire);
+        let ahead = low.wrapping_sub(t) & (GEN_MOD - 1);
+        // A claimant delayed between its claim and here while 2^16 more claims and their
+        // checkpoint passed its word would read it as almost 2^40 generations ahead of
+        // the term (the low bits wrapped): then the term would jump and every later
+        // claim's token with it, and `is_current` would fail for the current claim.
+        // Such a word is behind the term: nothing to record.
+        if ahead < GEN_MOD / 2 {
+            self.term.fetch_max(t.wrapping_add(ahead), Ordering::AcqRel);
+        }
     }
 
     /// Releases the claim if the word is exactly `word` (a claim with no write in flight,

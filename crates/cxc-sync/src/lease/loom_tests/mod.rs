@@ -453,3 +453,27 @@ fn loom_two_waiters_no_lost_wakeup() {
         assert!(s.word().is_vacant());
     });
 }
+
+/// A claimant delayed between its claim and its term checkpoint while 2^16 more claims
+/// and their checkpoint passed: its late checkpoint must not move the term (its word's
+/// low generation bits are behind the term, not 2^40 ahead), while a checkpoint of a word
+/// ahead of the term records it.
+#[test]
+fn loom_late_checkpoint_never_moves_the_term() {
+    use super::state::TERM_CHECKPOINT;
+    use super::word::GEN_SHIFT;
+    loom::model(|| {
+        let s = LeaseState::new();
+        let late = 5 * TERM_CHECKPOINT;
+        let passed = late + TERM_CHECKPOINT;
+        s.term.store(passed, Ordering::Release);
+        s.checkpoint(late << GEN_SHIFT);
+        assert_eq!(
+            s.term.load(Ordering::Acquire),
+            passed,
+            "a late checkpoint moved the term"
+        );
+        s.checkpoint((passed + TERM_CHECKPOINT) << GEN_SHIFT);
+        assert_eq!(s.term.load(Ordering::Acquire), passed + TERM_CHECKPOINT);
+    });
+}
