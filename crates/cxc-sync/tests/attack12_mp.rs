@@ -352,13 +352,35 @@ const M_MAX_SEEN: usize = 1;
 const M_ALIVE: usize = 2; // 2..5
 const M_HELD: usize = 8; // 8..11
 const M_MAX: u64 = 3;
+/// Count changes begun / done (every change of an `M_HELD` word and of `M_ALIVE`), so a
+/// checker can tell that no change overlapped its scan of the per-process counts (a
+/// permit moving from one process to another during the scan is otherwise counted twice).
+const M_BEGUN: usize = 12;
+const M_DONE: usize = 13;
+
+/// Changes a shared count word inside the begun/done bracket.
+fn m_change(w: &[AtomicU64], f: impl FnOnce()) {
+    w[M_BEGUN].fetch_add(1, Ordering::SeqCst);
+    f();
+    w[M_DONE].fetch_add(1, Ordering::SeqCst);
+}
 
 fn m_inside(w: &'static [AtomicU64], idx: usize, rng: &mut Rng) {
-    w[M_HELD + idx].fetch_add(1, Ordering::SeqCst);
-    let sum: u64 = (0..3)
-        .filter(|&j| w[M_ALIVE + j].load(Ordering::SeqCst) == 1)
-        .map(|j| w[M_HELD + j].load(Ordering::SeqCst))
-        .sum();
+    m_change(w, || {
+        w[M_HELD + idx].fetch_add(1, Ordering::SeqCst);
+    });
+    // A consistent scan: no count change began or was in progress while it ran.
+    let sum = (0..1000).find_map(|_| {
+        let done = w[M_DONE].load(Ordering::SeqCst);
+        let sum: u64 = (0..3)
+            .filter(|&j| w[M_ALIVE + j].load(Ordering::SeqCst) == 1)
+            .map(|j| w[M_HELD + j].load(Ordering::SeqCst))
+            .sum();
+        (w[M_BEGUN].load(Ordering::SeqCst) == done).then_some(sum)
+    });
+    let Some(sum) = sum else {
+        return; // never quiet enough to judge
+    };
     w[M_MAX_SEEN].fetch_max(sum, Ordering::SeqCst);
     if sum > M_MAX {
         w[M_VIOLATIONS].fetch_add(1, Ordering::SeqCst);
@@ -375,8 +397,10 @@ fn role_m_worker() {
     let idx: usize = arg("idx").parse().unwrap();
     let seed: u64 = arg("seed").parse().unwrap();
     let stop_path = path_arg("stop");
-    w[M_HELD + idx].store(0, Ordering::SeqCst);
-    w[M_ALIVE + idx].store(1, Ordering::SeqCst);
+    m_change(w, || {
+        w[M_HELD + idx].store(0, Ordering::SeqCst);
+        w[M_ALIVE + idx].store(1, Ordering::SeqCst);
+    });
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -398,7 +422,9 @@ fn role_m_worker() {
                     let t = Duration::from_micros(rng.range(500, 20_000));
                     if let Some(p) = sem.acquire_timeout(t) {
                         m_inside(w, idx, &mut rng);
-                        w[M_HELD + idx].fetch_sub(1, Ordering::SeqCst);
+                        m_change(w, || {
+                            w[M_HELD + idx].fetch_sub(1, Ordering::SeqCst);
+                        });
                         drop(p);
                         got += 1;
                     }
@@ -422,7 +448,9 @@ fn role_m_worker() {
                         if rng.percent(30) {
                             tokio::task::yield_now().await;
                         }
-                        w[M_HELD + idx].fetch_sub(1, Ordering::SeqCst);
+                        m_change(w, || {
+                            w[M_HELD + idx].fetch_sub(1, Ordering::SeqCst);
+                        });
                         drop(p);
                         got += 1;
                     }
@@ -492,7 +520,7 @@ fn mixed_blocking_and_async_semaphore_waiters_conserve_permits_under_kills() {
             continue;
         }
         // Its count is no longer trusted from here (only an undercount).
-        w[M_ALIVE + i].store(0, Ordering::SeqCst);
+        m_change(w, || w[M_ALIVE + i].store(0, Ordering::SeqCst));
         kids[i].kill();
         kills += 1;
         kids[i] = spawn(i, rng.next_u64());
