@@ -89,8 +89,7 @@ impl Registration<'_> {
 
     /// The in-flight bitmap of this registration; `None` once it was fenced or reused.
     pub fn in_flight(&self) -> Option<u64> {
-        let s = self.table.snapshot(self.slot)?;
-        (s.pid != 0 && !s.fenced).then_some(s.in_flight_bitmap)
+        self.table.own_in_flight(self.slot)
     }
 
     fn fenced_unless(&self, ok: bool) -> Result<(), HeartbeatError> {

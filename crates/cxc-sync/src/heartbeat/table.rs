@@ -418,6 +418,15 @@ impl HeartbeatTable {
         snap
     }
 
+    /// The in-flight bitmap of the registration this handle acts for at `slot` (see
+    /// `expected`), `None` if it has none there or that registration was fenced or
+    /// replaced: never another registration's units.
+    pub(crate) fn own_in_flight(&self, slot: usize) -> Option<u64> {
+        let expected = self.expected(slot);
+        let s = self.snapshot(slot)?;
+        (expected != 0 && s.owner_word() == Some(expected)).then_some(s.in_flight_bitmap)
+    }
+
     /// The registration this handle acts for at `slot`: the one it made (in this
     /// process), else a live registration recorded for this very process's identity; 0 if
     /// none.

@@ -9,7 +9,7 @@ use super::error::SemaphoreError;
 use super::handle::SharedSemaphore;
 use super::layout::ctr;
 use super::word::{
-    BookWord, STATE_ACTIVE, identity_tag, owner_parts, owner_word,
+    BookWord, CountWord, STATE_ACTIVE, identity_tag, owner_parts, owner_word,
 };
 use crate::holders::{find_or_claim, reclaimable};
 use crate::liveness;
@@ -80,11 +80,21 @@ impl SharedSemaphore {
         let me = Identity::current();
         let my_tag = identity_tag(&me);
         let mut total = 0;
+        // The current count word's pending change, if any, is finished first (a holder
+        // killed between its count CAS and its book update otherwise looks like one that
+        // holds nothing, and the blocked-acquirer variant would skip it).
+        let mut c = CountWord(raw.head.count.load(Ordering::Acquire));
+        while let Err(now) = raw.help(c) {
+            c = now;
+        }
         for (d, slot) in raw.slots.iter().enumerate() {
             let seen = slot.owner.load(Ordering::Acquire);
-            // The blocked-acquirer variant skips dead holders that hold nothing.
+            // The blocked-acquirer variant skips dead holders that hold nothing (the
+            // author of the count word's change is never skipped: its change may be
+            // pending again if it is still the author).
             let skip = only_holding
                 && owner_parts(seen).0 == STATE_ACTIVE
+                && c.author() != Some(d)
                 && BookWord(slot.book.load(Ordering::Acquire)).held() == 0;
             if skip || !reclaimable(seen, me.pid, my_tag) || !raw.take_over(d, seen, me.pid, my_tag)
             {
