@@ -121,13 +121,19 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
         if let Some((prev_token, pgid)) = previous.filter(|(t, g)| *t < token && *g != own_group)
             && supervise::group_alive(pgid)
         {
-            let theirs = run_of(&path, prev_token)
-                .is_some_and(|m| supervise::group_carries(pgid, supervise::MARK_VAR, &m));
+            // The command of any earlier term on this file: the recorded group may be one
+            // that the previous leader was itself ending (and recorded for that) when it
+            // died, so its mark is of an older term than `prev_token`.
+            let _ = prev_token;
+            let theirs = runs_an_earlier_term(&path, pgid, token);
             if theirs {
                 eprintln!(
                     "cxc: {what}: the previous leader's command (process group {pgid}) \
                      outlived its term; terminating it before running"
                 );
+                // Recorded as ours meanwhile: if this keeper dies before the group is
+                // gone, the next leader finds it in the record and ends it.
+                publish(&elector, &leadership, &identity, pgid);
                 // Renewing the term meanwhile (ending the group can outlast it).
                 supervise::terminate_group_keeping(pgid, &mut || {
                     !matches!(leadership.renew(), Err(ElectionError::Lost { .. }))
@@ -204,7 +210,9 @@ fn campaign(
     let mut previous = None;
     loop {
         // Seen before campaigning: winning overwrites the record.
-        if let Ok(Some(l)) = elector.observe()
+        // The record itself, also of a leader that died or ran out of time (`observe`
+        // says nobody leads then): its group may have outlived it.
+        if let Some(l) = elector.backend().recorded_leader()
             && let Some(g) = recorded_pgid(&l.identity)
         {
             previous = Some((l.token, g));
@@ -225,6 +233,26 @@ fn campaign(
 }
 
 /// Publishes the command's process group in the leader record (fenced by the term).
+/// Whether group `pgid` runs the command of an earlier term than `token` on the election
+/// file `path` (a member carries that term's mark; marks keep 24 bits of the token).
+fn runs_an_earlier_term(path: &std::path::Path, pgid: u32, token: u64) -> bool {
+    let Some(mine) = run_of(path, token) else {
+        return false;
+    };
+    let Some((file, _)) = mine.rsplit_once('.') else {
+        return false;
+    };
+    let file = format!("{file}.");
+    supervise::group_carries_any(pgid, supervise::MARK_VAR, &mut |v| {
+        v.strip_prefix(file.as_str())
+            .and_then(|t| t.parse::<u64>().ok())
+            .is_some_and(|t| {
+                let behind = token.wrapping_sub(t) & 0xFF_FFFF;
+                behind != 0 && behind < 1 << 23
+            })
+    })
+}
+
 /// The mark of the command of term `token` on the election file `path` (the processes
 /// of that command carry it in [`supervise::MARK_VAR`]).
 fn run_of(path: &std::path::Path, token: u64) -> Option<String> {

@@ -401,13 +401,28 @@ fn live_thread(pid: u32) -> Option<u32> {
 /// /proc shows the environment it was started with). A member whose environment cannot be
 /// read (another user's, or gone) does not count.
 pub(crate) fn group_carries(pgid: u32, var: &str, value: &str) -> bool {
-    let entry = format!("{var}={value}");
+    group_carries_any(pgid, var, &mut |v| v == value)
+}
+
+/// Whether a live member of group `pgid` has `var` set to a value `accept` takes.
+pub(crate) fn group_carries_any(
+    pgid: u32,
+    var: &str,
+    accept: &mut dyn FnMut(&str) -> bool,
+) -> bool {
+    let prefix = format!("{var}=");
     live_members(pgid)
         .unwrap_or_default()
         .into_iter()
         .any(|(pid, tid)| {
-            std::fs::read(format!("/proc/{pid}/task/{tid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry.as_bytes()))
+            std::fs::read(format!("/proc/{pid}/task/{tid}/environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0).any(|e| {
+                    std::str::from_utf8(e)
+                        .ok()
+                        .and_then(|e| e.strip_prefix(&prefix))
+                        .is_some_and(&mut *accept)
+                })
+            })
         })
 }
 

@@ -147,7 +147,7 @@ const PLAIN: &str = "$LOG_START; while :; do sleep 0.05; done";
 /// record it observed is B's (B overwrote A's record, which named A's group, when it
 /// won), so nobody is left who knows about A's command: C must not start its command
 /// while A's still runs.
-// FAILS on main: after two keepers die in a row, the third leader runs its command next to the first leader's still-running command (docs/cli.md: "one leads at a time"; "first terminates that group if it still has live members")
+// Found (fixed since): after two keepers die in a row, the third leader runs its command next to the first leader's still-running command (docs/cli.md: "one leads at a time"; "first terminates that group if it still has live members")
 #[test]
 fn elect_third_leader_never_runs_beside_an_orphan_whose_ender_died() {
     let d = dir();

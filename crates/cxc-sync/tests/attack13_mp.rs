@@ -524,7 +524,7 @@ fn election_leader_stopped_across_its_expiry_never_acts_after_its_successor() {
 /// leader SIGKILLed (reaped) cannot lead; a leader SIGSTOPped for 3 leases without a
 /// standby is "over" (its own `is_current` says false, attack10). With no candidate
 /// campaigning, an observer must not keep announcing either as the current leader.
-// FAILS on main: observe()/leader() keep naming a SIGKILLed (and an expired, stopped) leader as "the current leader" until someone campaigns (docs/leader-election.md API: "`elector.observe()` ... the current leader"; trait: "`None` when nobody leads")
+// Found (fixed since): observe()/leader() keep naming a SIGKILLed (and an expired, stopped) leader as "the current leader" until someone campaigns (docs/leader-election.md API: "`elector.observe()` ... the current leader"; trait: "`None` when nobody leads")
 #[test]
 fn election_observe_never_names_a_dead_or_expired_leader() {
     fn role_leader() {

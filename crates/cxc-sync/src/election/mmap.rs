@@ -91,6 +91,29 @@ pub struct MmapElection {
 }
 
 impl MmapElection {
+    /// The record of the current claim's leader, whether or not it still leads (its
+    /// lease may have run out, its process may be gone): what `observe` reports while it
+    /// leads. `None` when nobody ever claimed or the last leader resigned.
+    pub fn recorded_leader(&self) -> Option<Leader> {
+        let st = self.lease.status();
+        st.owner?;
+        let bytes: Vec<u8> = st
+            .payload_words
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        let identity = LeaderRecord::read_from_prefix(&bytes)
+            .ok()
+            .map(|(r, _)| r)
+            .filter(|r| r.token == st.generation)
+            .map(|r| r.identity())
+            .unwrap_or_default();
+        Some(Leader {
+            identity,
+            token: st.generation,
+        })
+    }
+
     /// Creates the election file at `path`, or opens it (no preemption, 1 ms clock
     /// epochs), for terms of `lease_duration`.
     ///
@@ -254,25 +277,12 @@ impl ElectionBackend for MmapElection {
     }
 
     fn leader(&self) -> Result<Option<Leader>, MmapElectionError> {
-        let st = self.lease.status();
-        if st.owner.is_none() {
+        // Nobody leads once the last leader's lease ran out or its process is gone, even
+        // before a candidate takes over.
+        if self.lease.holder_gone(self.grace) {
             return Ok(None);
         }
-        let bytes: Vec<u8> = st
-            .payload_words
-            .iter()
-            .flat_map(|w| w.to_ne_bytes())
-            .collect();
-        let identity = LeaderRecord::read_from_prefix(&bytes)
-            .ok()
-            .map(|(r, _)| r)
-            .filter(|r| r.token == st.generation)
-            .map(|r| r.identity())
-            .unwrap_or_default();
-        Ok(Some(Leader {
-            identity,
-            token: st.generation,
-        }))
+        Ok(self.recorded_leader())
     }
 
     fn wait_lost(&self, term: &LeaseClaim, timeout: Duration) -> Result<bool, MmapElectionError> {

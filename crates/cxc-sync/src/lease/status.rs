@@ -216,6 +216,20 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         })
     }
 
+    /// Whether the current claim is over although nobody took it yet: its heartbeat is
+    /// more than `grace` epochs old, or the OS reports its process gone (`false` while
+    /// vacant). A claimant with that grace would take it over.
+    pub(crate) fn holder_gone(&self, grace: u64) -> bool {
+        let st = self.state();
+        let w = st.word();
+        !w.is_vacant()
+            && (self
+                .now()
+                .saturating_sub(st.heartbeat.load(Ordering::Acquire))
+                > grace
+                || st.holder_liveness(w) == crate::liveness::Liveness::Dead)
+    }
+
     /// Seed API: whether `my_pid`, claimed through this process, holds the lease (a load of
     /// the claim word, compared with the handle's cached `(this process, my_pid)` identity
     /// slot, after the first call for `my_pid`).
