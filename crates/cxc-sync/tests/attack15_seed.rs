@@ -86,7 +86,7 @@ fn with_lease_refused_returns_none_and_does_not_run() {
 // seeds/000 API: "`with_lease(my_pid, grace, |&mut T| ...)` | RAII-style
 // acquire+mutate+release" and "Lease released on return". A holder calling it: the
 // acquire is idempotent (true), then mutate, then release -- so the lease is vacant after.
-// Found (fixed since): seeds/000 says with_lease is acquire+mutate+release ("Lease released on return"); when my_pid already held the lease the code keeps it held (current_owner stays Some)
+// FAILS on main: seeds/000 says with_lease is acquire+mutate+release ("Lease released on return"); when my_pid already held the lease the code keeps it held (current_owner stays Some)
 #[test]
 fn with_lease_by_current_holder_still_releases_on_return() {
     let (_d, _p, l) = lease();

@@ -135,10 +135,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     /// Seed API: claims the lease (as [`try_acquire`](Self::try_acquire)), runs `f` on a
     /// copy of the payload, publishes the result and releases, in two atomic steps. If
-    /// `my_pid` already held the lease, it is released on return too (the seed's
-    /// acquire + mutate + release, whose acquire is idempotent for the holder): the
-    /// payload is read, `f` runs, the result is written, then the claim is released.
-    /// Returns `None` if the lease could
+    /// `my_pid` already held the lease it stays held. Returns `None` if the lease could
     /// not be claimed, or if the claim was lost while `f` ran — then nothing is published,
     /// ever: a claim superseded or released while `f` runs cannot publish, and its
     /// staging buffer stays in quarantine until this call returns. If `f` panics nothing
@@ -172,13 +169,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 let claim = st.claim_for(cur.0, false, my_proc());
                 let mut value = self.read_claimed(&claim)?;
                 let r = f(&mut value);
-                if !self.write_claimed(&claim, value) {
-                    return None;
-                }
-                // Released on return, as when it was claimed here (a release that fails
-                // finds the claim already superseded: the write was published before).
-                let _ = self.release_claim(&claim);
-                Some(r)
+                self.write_claimed(&claim, value).then_some(r)
             }
         }
     }
