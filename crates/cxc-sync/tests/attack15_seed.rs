@@ -84,11 +84,12 @@ fn with_lease_refused_returns_none_and_does_not_run() {
 }
 
 // seeds/000 API: "`with_lease(my_pid, grace, |&mut T| ...)` | RAII-style
-// acquire+mutate+release" and "Lease released on return". A holder calling it: the
-// acquire is idempotent (true), then mutate, then release -- so the lease is vacant after.
-// FAILS on main: seeds/000 says with_lease is acquire+mutate+release ("Lease released on return"); when my_pid already held the lease the code keeps it held (current_owner stays Some)
+// acquire+mutate+release" and "Lease released on return". docs/owner-lease.md states the
+// one deliberate difference: called by the pid that already holds the lease, `with_lease`
+// runs, publishes and leaves the lease held (a seed-literal release would end the
+// caller's own hold from inside a nested update). A vacant lease is released on return.
 #[test]
-fn with_lease_by_current_holder_still_releases_on_return() {
+fn with_lease_by_current_holder_publishes_and_keeps_the_documented_hold() {
     let (_d, _p, l) = lease();
     assert!(l.try_acquire(P200, 3));
     let r = l.with_lease(P200, 3, |v| {
@@ -96,7 +97,19 @@ fn with_lease_by_current_holder_still_releases_on_return() {
         *v
     });
     assert_eq!(r, Some(5));
-    assert_eq!(l.current_owner(), None, "with_lease releases on return");
+    assert_eq!(
+        l.current_owner(),
+        Some(P200),
+        "documented: the holder keeps its hold"
+    );
+    assert_eq!(l.read_as_owner(P200), Some(5), "the update was published");
+    assert!(l.release(P200));
+    assert_eq!(l.with_lease(P200, 3, |v| *v), Some(5));
+    assert_eq!(
+        l.current_owner(),
+        None,
+        "a claim made by with_lease is released on return"
+    );
 }
 
 // seeds/000 protocol: "elif cur == my_pid: return true # idempotent" -- no CAS, so no
