@@ -8,7 +8,6 @@
 //! Every test re-executes this binary in roles (`cxc_testkit::play_role!`).
 #![cfg(not(cxc_loom))]
 
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{
@@ -16,31 +15,12 @@ use cxc_sync::{
     RwLockOptions, SharedCell, SharedRwLock, WriteGuardError,
 };
 use cxc_testkit::{
-    Proc, Rng, RoleCommand, arg, fields, intact, path_arg, play_role, report, sealed, wait_for_path,
+    Proc, Rng, RoleCommand, arg, fields, intact, num, path_arg, play_role, report, sealed, serial,
+    sleep_forever, wait_for_path,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("report {line:?}: {key}: {e}"))
-}
 
 fn counter(lock: &SharedRwLock<[u64; 4]>, name: &str) -> u64 {
     lock.counters()
@@ -69,14 +49,14 @@ fn rwlock_live_writers_are_never_evicted_when_a_dead_writer_is_reclaimed() {
     fn role_idle() {
         let _lock = SharedRwLock::<[u64; 4]>::open(path_arg("path")).unwrap();
         report("ready");
-        park();
+        sleep_forever();
     }
     fn role_victim() {
         let lock = SharedRwLock::<[u64; 4]>::open(path_arg("path")).unwrap();
         let g = lock.write();
         g.write([9, 9, 9, 9]).unwrap();
         report(format!("held token={}", g.token()));
-        park();
+        sleep_forever();
     }
     fn role_writer() {
         let lock = SharedRwLock::<[u64; 4]>::open(path_arg("path")).unwrap();
@@ -290,7 +270,7 @@ fn rwlock_stopped_reader_is_never_evicted_and_a_killed_one_frees_at_once() {
         let lock = SharedRwLock::<[u64; 4]>::open(path_arg("path")).unwrap();
         let g = lock.read();
         report(format!("held v={}", g.get()[0]));
-        park();
+        sleep_forever();
     }
     play_role!(role_reader);
     let _s = serial();

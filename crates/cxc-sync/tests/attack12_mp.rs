@@ -15,46 +15,18 @@ use std::fs::OpenOptions;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{OwnerLease, SemaphoreOptions, SharedSemaphore, async_waiters, block_on};
-use cxc_testkit::{Proc, Rng, RoleCommand, arg, fields, path_arg, play_role, report, wait_until};
+use cxc_testkit::{
+    Proc, Rng, RoleCommand, arg, child_wait_for_path, mono_ns, num, path_arg, play_role, report,
+    serial, sleep_forever, wait_until,
+};
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Parent sides run one at a time (they share the process's reactor and its CPU).
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
-}
-
-fn wait_file(path: &Path) {
-    let t = Instant::now();
-    while !path.exists() {
-        if t.elapsed() > Duration::from_secs(30) {
-            std::process::exit(4);
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
 
 /// `n` shared 64-bit words in a 4096-byte file mapped `MAP_SHARED` (made by the first
 /// caller; never unmapped).
@@ -87,17 +59,6 @@ fn words(path: &Path, n: usize) -> &'static [AtomicU64] {
     // SAFETY: the mapping is 4096 bytes, page aligned, never unmapped, and only accessed
     // through atomics (in every process).
     unsafe { std::slice::from_raw_parts(p as *const AtomicU64, n) }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (comparable across processes).
-fn mono_ns() -> u64 {
-    // SAFETY: clock_gettime writes into the zeroed struct we pass.
-    let ts = unsafe {
-        let mut ts: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-        ts
-    };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// CPU time (user + system) of this process.
@@ -578,7 +539,7 @@ fn role_w_sleeper() {
     let rounds: u64 = arg("rounds").parse().unwrap();
     for r in 0..rounds {
         let go = dir.join(format!("go{r}"));
-        wait_file(&go);
+        child_wait_for_path(&go, Duration::from_secs(30));
         let mode = std::fs::read_to_string(&go).unwrap();
         let p = if mode == "block" {
             sem.acquire_timeout(Duration::from_secs(5))
@@ -689,7 +650,7 @@ fn role_w_lease_sleeper() {
     let rounds: u64 = arg("rounds").parse().unwrap();
     for r in 0..rounds {
         let go = dir.join(format!("go{r}"));
-        wait_file(&go);
+        child_wait_for_path(&go, Duration::from_secs(30));
         let mode = std::fs::read_to_string(&go).unwrap();
         let g = if mode == "block" {
             lease
@@ -1156,7 +1117,7 @@ fn role_main_exits_holder() {
         libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
     }
     report(format!("holding=1 token={}", g.token()));
-    park();
+    sleep_forever();
 }
 
 /// docs/async.md: a group's check is "the lease is vacant, its holder's heartbeat is
@@ -1236,10 +1197,10 @@ fn role_stuck_a() {
         std::thread::sleep(Duration::from_micros(100));
     }
     report(format!("woken={}", u8::from(flag.0.load(Ordering::SeqCst))));
-    wait_file(&path_arg("drop"));
+    child_wait_for_path(&path_arg("drop"), Duration::from_secs(30));
     drop(fut);
     report(format!("dropped=1 waiters={}", async_waiters()));
-    park();
+    sleep_forever();
 }
 
 /// Waits in `acquire_async` (polled by hand so it can report when it is registered),

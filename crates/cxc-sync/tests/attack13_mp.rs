@@ -18,7 +18,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{
@@ -26,36 +25,12 @@ use cxc_sync::{
     FencedResource, MmapElection,
 };
 use cxc_testkit::{
-    Proc, Rng, RoleCommand, arg, fields, path_arg, play_role, report, wait_for_path,
+    Proc, Rng, RoleCommand, arg, fields, mono_ns, num, path_arg, play_role, report, serial,
+    sleep_forever, wait_for_path,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
-}
-
-fn mono_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("report {line:?}: {key}: {e}"))
-}
 
 fn ms_arg(key: &str) -> Duration {
     Duration::from_millis(arg(key).parse().expect("ms"))
@@ -541,7 +516,7 @@ fn election_observe_never_names_a_dead_or_expired_leader() {
             .expect("elected");
         l.renew().unwrap();
         report(format!("token={}", l.token()));
-        park();
+        sleep_forever();
     }
     play_role!(role_leader);
     let _s = serial();
@@ -623,13 +598,13 @@ fn election_standby_with_a_long_retry_period_is_woken_at_once() {
         match how.as_str() {
             "step_down" => l.step_down().expect("step_down"),
             "drop" => drop(l),
-            _ => park(),
+            _ => sleep_forever(),
         }
         let stopped = events
             .try_iter()
             .any(|e| e == ElectionEvent::StoppedLeading { token });
         report(format!("t={t} stopped_event={stopped}"));
-        park();
+        sleep_forever();
     }
     fn role_standby() {
         let lease = Duration::from_secs(5);
@@ -644,7 +619,7 @@ fn election_standby_with_a_long_retry_period_is_woken_at_once() {
             .unwrap()
             .expect("elected");
         report(format!("t={} token={}", mono_ns(), l.token()));
-        park();
+        sleep_forever();
     }
     play_role!(role_leader, role_standby);
     let _s = serial();
@@ -713,7 +688,7 @@ fn election_drop_without_release_on_cancel_runs_out_after_the_lease() {
         l.renew().unwrap();
         drop(l);
         report(format!("renewed={s}"));
-        park();
+        sleep_forever();
     }
     fn role_standby() {
         let lease = Duration::from_millis(300);
@@ -728,7 +703,7 @@ fn election_drop_without_release_on_cancel_runs_out_after_the_lease() {
             .unwrap()
             .expect("elected");
         report(format!("t={} token={}", mono_ns(), l.token()));
-        park();
+        sleep_forever();
     }
     play_role!(role_leader, role_standby);
     let _s = serial();

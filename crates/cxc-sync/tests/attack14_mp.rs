@@ -17,51 +17,23 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{
     EpochMode, FailoverWatchdog, HeartbeatError, HeartbeatOptions, HeartbeatTable, SharedSemaphore,
 };
 use cxc_testkit::{
-    Proc, Rng, RoleCommand, arg, fields, path_arg, play_role, report, wait_for_path,
+    Proc, Rng, RoleCommand, arg, fields, flag, num, path_arg, play_role, read_word, report, serial,
+    sleep_forever, wait_for_path,
 };
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// How long a parent waits for a child's report.
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn me() -> u32 {
     std::process::id()
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
-}
-
-fn flag(line: &str, key: &str) -> bool {
-    match fields(line).get(key).copied() {
-        Some("true") => true,
-        Some("false") => false,
-        other => panic!("report {line:?}: {key} is {other:?}, not a boolean"),
-    }
-}
-
-fn read_word(path: &Path, offset: u64) -> u64 {
-    let f = std::fs::File::open(path).unwrap();
-    let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, offset).unwrap();
-    u64::from_ne_bytes(b)
 }
 
 fn touch(path: &Path) {
@@ -74,12 +46,6 @@ fn wait_go(path: &Path) {
         "{} never appeared",
         path.display()
     );
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
 }
 
 /// A child's own generator: seeded from the parent's seed (if any) and its pid.
@@ -286,7 +252,7 @@ fn sem_reclaimers_racing_and_one_killed_mid_drain_return_a_dead_holders_permits_
             std::mem::forget(sem.try_acquire().expect("a permit"));
         }
         report(format!("held={k}"));
-        park();
+        sleep_forever();
     }
     fn role_reclaimer() {
         let sem = SharedSemaphore::open(path_arg("path")).unwrap();
@@ -387,7 +353,7 @@ fn sem_disowned_permit_whose_receiver_died_stays_handed_until_a_holderless_relea
     fn role_receiver() {
         let _sem = SharedSemaphore::open(path_arg("path")).unwrap();
         report("READY");
-        park();
+        sleep_forever();
     }
     fn role_returner() {
         let sem = SharedSemaphore::open(path_arg("path")).unwrap();
@@ -450,7 +416,7 @@ fn sem_acquire_many_timeouts_of_zero_and_duration_max() {
         std::thread::sleep(Duration::from_millis(400));
         drop(g);
         report("released");
-        park();
+        sleep_forever();
     }
     play_role!(role_holder);
     let _s = serial();

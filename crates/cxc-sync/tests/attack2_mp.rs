@@ -11,11 +11,12 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{ElectionConfig, Elector, MmapElection, RwLockOptions, SharedCell, SharedRwLock};
-use cxc_testkit::{Rng, RoleCommand, arg, fields, path_arg, play_role, report};
+use cxc_testkit::{
+    Rng, RoleCommand, arg, fields, flag, path_arg, play_role, report, serial, sleep_forever,
+};
 
 const HEADER_LEN: u64 = 128;
 /// SharedRwLock: head block, then 64 bytes per holder slot (docs/shared-rwlock.md).
@@ -27,28 +28,8 @@ const LEASE_BLOCK: u64 = 7552;
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn me() -> u32 {
     std::process::id()
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
-}
-
-fn flag(line: &str, key: &str) -> bool {
-    match fields(line).get(key).copied() {
-        Some("true") => true,
-        Some("false") => false,
-        other => panic!("report {line:?}: {key} is {other:?}, not a boolean"),
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -373,11 +354,11 @@ fn rwlock_reader_whose_main_thread_exited_still_excludes_writers() {
         std::thread::spawn(move || {
             let _g = lock.read();
             report("HELD");
-            park();
+            sleep_forever();
         });
         std::thread::sleep(Duration::from_millis(100));
         exit_main_thread();
-        park();
+        sleep_forever();
     }
     play_role!(role_reader);
     let _s = serial();
@@ -500,7 +481,7 @@ fn rwlock_forked_child_facing_a_full_table_never_reads_untracked() {
     fn role_filler() {
         let _lock = SharedRwLock::<u64>::open(path_arg("path")).unwrap();
         report("FILLED");
-        park();
+        sleep_forever();
     }
     fn role_forker() {
         let lock = SharedRwLock::<u64>::open(path_arg("path")).unwrap();
@@ -513,9 +494,9 @@ fn rwlock_forked_child_facing_a_full_table_never_reads_untracked() {
             let g = got.or_else(|| lock.read_timeout(Duration::from_secs(5)));
             report(format!("CHILD held={}", g.is_some()));
             let _g = g;
-            park();
+            sleep_forever();
         }
-        park();
+        sleep_forever();
     }
     play_role!(role_filler, role_forker);
     let _s = serial();
@@ -587,14 +568,14 @@ fn election_leader_whose_main_thread_exited_is_not_replaced() {
             loop {
                 if l.renew().is_err() {
                     report("LOST");
-                    park();
+                    sleep_forever();
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
         });
         std::thread::sleep(Duration::from_millis(200));
         exit_main_thread();
-        park();
+        sleep_forever();
     }
     play_role!(role_leader);
     let _s = serial();

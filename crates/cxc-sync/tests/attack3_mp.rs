@@ -10,11 +10,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{LeaseOptions, OwnerLease, Preemption};
-use cxc_testkit::{Proc, RoleCommand, arg, fields, path_arg, play_role, report};
+use cxc_testkit::{
+    Proc, RoleCommand, arg, child_wait_for_path, num, path_arg, play_role, report, serial, sigkill,
+    sleep_forever,
+};
 
 /// A grace no heartbeat exceeds (manual epochs that nobody ticks).
 const BIG: u64 = 1 << 40;
@@ -26,50 +28,12 @@ const CHILD_PATIENCE: Duration = Duration::from_secs(30);
 /// child's claim pid, so under lower-pid preemption they never preempt.
 const WAITER_PID: u32 = 9_000_000;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Parent sides run one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
-}
-
 fn arg_u64(key: &str) -> u64 {
     arg(key).parse().expect("numeric role argument")
 }
 
-/// Waits (in a child) until `path` exists, polling every 50 µs (the go signals of the
-/// timing-sensitive tests must arrive fast); exits 4 if it never does.
-fn wait_file(path: &Path) {
-    let t = Instant::now();
-    while !path.exists() {
-        if t.elapsed() > CHILD_PATIENCE {
-            std::process::exit(4);
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
-
 fn touch(path: &Path) {
     std::fs::write(path, b"").unwrap();
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
-}
-
-fn sigkill(pid: u32) {
-    // SAFETY: plain kill(2) of a child we started and have not reaped.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -132,11 +96,11 @@ fn role_holder() {
     let first = arg_u64("first") as u32;
     let dir = path_arg("dir");
     let go0 = dir.join("go.0");
-    wait_file(&go0);
+    child_wait_for_path(&go0, CHILD_PATIENCE);
     let c = lease.try_claim(first, BIG);
     report(format!("held={}", u8::from(c.is_some())));
     for n in 1.. {
-        wait_file(&dir.join(format!("go.{n}")));
+        child_wait_for_path(&dir.join(format!("go.{n}")), CHILD_PATIENCE);
         let c = lease.try_claim(first - 200 * n, BIG);
         report(format!("held={}", u8::from(c.is_some())));
     }
@@ -277,12 +241,12 @@ fn lease_holder_that_released_and_reclaimed_then_died_is_taken_over_promptly() {
         let me = std::process::id();
         let c = lease.try_claim(me, BIG).expect("vacant");
         report("held=1");
-        wait_file(&dir.join("flip"));
+        child_wait_for_path(&dir.join("flip"), CHILD_PATIENCE);
         assert!(lease.release_claim(&c));
         // Straight back (the woken waiter needs tens of µs to run).
         let again = lease.try_claim(me, BIG).is_some();
         report(format!("again={}", u8::from(again)));
-        park();
+        sleep_forever();
     }
     play_role!(role_flipper);
     let _s = serial();
@@ -386,7 +350,7 @@ fn lease_fifty_waiting_handles_leave_no_threads_behind() {
         let lease = OwnerLease::<u64>::open(path_arg("path")).expect("open lease");
         let _c = lease.try_claim(std::process::id(), BIG).expect("vacant");
         report("held=1");
-        park();
+        sleep_forever();
     }
     play_role!(role_many, role_sitter);
     let _s = serial();

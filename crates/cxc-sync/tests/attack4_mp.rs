@@ -11,58 +11,21 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{FailoverWatchdog, HeartbeatTable};
-use cxc_testkit::{Proc, Rng, RoleCommand, fields, path_arg, play_role, report};
+use cxc_testkit::{Proc, Rng, RoleCommand, num, path_arg, play_role, report, serial, sigkill};
 
 /// A grace no heartbeat exceeds (manual epochs): death is found by OS identity only.
 const BIG: u64 = 1 << 40;
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
-}
-
-#[cfg(feature = "async")]
-fn wait_file(path: &Path) {
-    let t = Instant::now();
-    while !path.exists() {
-        if t.elapsed() > Duration::from_secs(30) {
-            std::process::exit(4);
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
-
-#[cfg(feature = "async")]
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
-}
-
-fn sigkill(pid: u32) {
-    // SAFETY: plain kill(2) of a child we started and have not reaped.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-}
-
 #[cfg(feature = "async")]
 mod asyncs {
     use super::*;
-    use std::sync::Arc;
+    use cxc_testkit::{child_wait_for_path, sleep_forever};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::{Arc, Mutex};
     use std::task::{Context, Poll, Wake, Waker};
 
     use cxc_sync::{OwnerLease, SharedSemaphore, async_waiters};
@@ -112,10 +75,10 @@ mod asyncs {
         let lease = OwnerLease::<u64>::open(path_arg("path")).unwrap();
         let g = lease.lock();
         report("held=1");
-        wait_file(&path_arg("go"));
+        child_wait_for_path(&path_arg("go"), Duration::from_secs(30));
         drop(g);
         report("released=1");
-        park();
+        sleep_forever();
     }
 
     /// Two waiters on one handle; the holder (another process) releases; the first
@@ -301,7 +264,7 @@ mod asyncs {
         let n = sem.available();
         let permits: Vec<_> = (0..n).map(|_| sem.try_acquire().unwrap()).collect();
         report(format!("held={}", permits.len()));
-        park();
+        sleep_forever();
     }
 
     /// A child holds both permits of a semaphore and is SIGKILLed while 40 tasks wait in

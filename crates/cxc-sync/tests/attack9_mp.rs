@@ -10,17 +10,19 @@
 //! sides run one at a time (a file-wide lock).
 #![cfg(not(cxc_loom))]
 
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use cxc_sync::liveness::Identity;
 use cxc_sync::{
     FailoverWatchdog, HeartbeatError, HeartbeatTable, SemaphoreOptions, SharedSemaphore,
 };
-use cxc_testkit::{Rng, RoleCommand, fields, path_arg, play_role, report, wait_for_path};
+use cxc_testkit::{
+    Rng, RoleCommand, flag, num, path_arg, play_role, read_word, report, serial, sleep_forever,
+    wait_for_path,
+};
 
 /// File offset of heartbeat slot 0 (128-byte header + 2880-byte head; docs/heartbeat.md).
 const HB_SLOT0: u64 = 3008;
@@ -32,38 +34,8 @@ const HB_ID_GEN: u64 = 56;
 /// How long a parent waits for a child's report.
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Parent sides run one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn me() -> u32 {
     std::process::id()
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
-}
-
-fn flag(line: &str, key: &str) -> bool {
-    match fields(line).get(key).copied() {
-        Some("true") => true,
-        Some("false") => false,
-        other => panic!("report {line:?}: {key} is {other:?}, not a boolean"),
-    }
-}
-
-fn read_word(path: &Path, offset: u64) -> u64 {
-    let f = std::fs::File::open(path).unwrap();
-    let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, offset).unwrap();
-    u64::from_ne_bytes(b)
 }
 
 fn touch(path: &Path) {
@@ -76,12 +48,6 @@ fn wait_go(path: &Path) {
         "{} never appeared",
         path.display()
     );
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
 }
 
 /// The live tag of generation `g` in a bitmap half (docs/heartbeat.md: `g << 1`).
@@ -252,7 +218,7 @@ fn hb_forked_worker_child_is_a_new_identity_and_only_its_units_are_reclaimed() {
             reg.beat().is_ok()
         ));
         std::mem::forget(reg);
-        park();
+        sleep_forever();
     }
     play_role!(role_forker);
     let _s = serial();
@@ -322,7 +288,7 @@ const HB_PROXY: &str = "hb_registration_for_another_pid_is_reported_when_that_pr
 fn hb_registration_for_another_pid_is_reported_when_that_process_dies() {
     fn role_sleeper() {
         report("up");
-        park();
+        sleep_forever();
     }
     play_role!(role_sleeper);
     let _s = serial();
@@ -387,7 +353,7 @@ fn hb_watchdog_stopped_between_scan_and_reclaim_takes_nothing_twice() {
         assert!(t.mark_in_flight(slot, 1));
         assert!(t.mark_in_flight(slot, 33));
         report(format!("slot={slot}"));
-        park();
+        sleep_forever();
     }
     fn role_watchdog() {
         let t = HeartbeatTable::open(path_arg("path"), 1).unwrap();
@@ -489,7 +455,7 @@ fn hb_racing_registrations_into_an_almost_full_table_get_distinct_slots() {
                 matches!(e, HeartbeatError::TableFull)
             )),
         }
-        park();
+        sleep_forever();
     }
     play_role!(role_racer);
     let _s = serial();
@@ -569,7 +535,7 @@ fn sem_handed_off_permit_survives_its_givers_death_and_returns_once() {
         a.disown();
         std::mem::forget(b);
         report(format!("gave avail={}", sem.available()));
-        park();
+        sleep_forever();
     }
     fn role_receiver() {
         let sem = SharedSemaphore::open(path_arg("path")).unwrap();
@@ -635,7 +601,7 @@ fn sem_stopped_holder_keeps_its_permit_and_releases_after_sigcont() {
         wait_go(&path_arg("go"));
         drop(p);
         report(format!("released avail={}", sem.available()));
-        park();
+        sleep_forever();
     }
     play_role!(role_holder);
     let _s = serial();
@@ -726,7 +692,7 @@ fn sem_permit_copied_by_fork_is_still_the_parents() {
         unsafe { libc::waitpid(child, &mut status, 0) };
         report(format!("parent child={child} avail={}", sem.available()));
         std::mem::forget(p);
-        park();
+        sleep_forever();
     }
     play_role!(role_forker);
     let _s = serial();
@@ -894,7 +860,7 @@ fn sem_racing_opens_into_an_almost_full_holder_table() {
             Ok(sem) => {
                 let took = sem.try_acquire().map(std::mem::forget).is_some();
                 report(format!("won=true took={took}"));
-                park();
+                sleep_forever();
             }
             Err(e) => {
                 let full = matches!(e, cxc_sync::SemaphoreError::TableFull { .. });

@@ -14,14 +14,16 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{
     EpochMode, FailoverWatchdog, HeartbeatOptions, HeartbeatTable, LeaseOptions, OwnerLease,
     Preemption, SemaphoreOptions, SharedSemaphore,
 };
-use cxc_testkit::{Rng, RoleCommand, arg, fields, path_arg, play_role, report};
+use cxc_testkit::{
+    Rng, RoleCommand, arg, fields, flag, num, path_arg, play_role, read_word, report, serial,
+    sleep_forever,
+};
 
 /// The cxc file header's length: a primitive's block starts right after it.
 const HEADER_LEN: u64 = 128;
@@ -39,13 +41,6 @@ const REPORT_WAIT: Duration = Duration::from_secs(20);
 /// How long a child may take to finish once started.
 const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Parent sides run one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn me() -> u32 {
     std::process::id()
 }
@@ -57,52 +52,9 @@ fn never() -> LeaseOptions {
     }
 }
 
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
-}
-
-fn flag(line: &str, key: &str) -> bool {
-    match fields(line).get(key).copied() {
-        Some("true") => true,
-        Some("false") => false,
-        other => panic!("report {line:?}: {key} is {other:?}, not a boolean"),
-    }
-}
-
-fn read_word(path: &Path, offset: u64) -> u64 {
-    let f = std::fs::File::open(path).unwrap();
-    let mut b = [0u8; 8];
-    f.read_exact_at(&mut b, offset).unwrap();
-    u64::from_ne_bytes(b)
-}
-
 fn write_word(path: &Path, offset: u64, value: u64) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.write_all_at(&value.to_ne_bytes(), offset).unwrap();
-}
-
-/// Waits until the file `path` exists (the parent's go signal); panics after a minute.
-#[allow(dead_code)]
-fn wait_file(path: &Path) {
-    let t = Instant::now();
-    while !path.exists() {
-        assert!(
-            t.elapsed() < CHILD_DEADLINE,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn park() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(60));
-    }
 }
 
 /// Runs `f` on a thread and fails the test if it does not return within `limit`.
@@ -595,7 +547,7 @@ fn lease_timeouts_of_zero_and_duration_max() {
         let c = lease.acquire(me(), BIG, Duration::from_secs(5)).unwrap();
         assert!(lease.write_claimed(&c, 42));
         report(format!("HELD gen={}", c.generation()));
-        park();
+        sleep_forever();
     }
     play_role!(role_holder);
     let _s = serial();
@@ -680,7 +632,7 @@ fn semaphore_timeouts_of_zero_and_duration_max() {
         let p = sem.acquire_many(2).unwrap();
         std::mem::forget(p);
         report("HELD");
-        park();
+        sleep_forever();
     }
     play_role!(role_holder);
     let _s = serial();
@@ -788,7 +740,7 @@ fn semaphore_forked_child_facing_a_full_table_never_runs_untracked() {
             sem.holders().iter().any(|h| h.pid == me() && h.held == 1)
         ));
         std::mem::forget(p);
-        park();
+        sleep_forever();
     }
     play_role!(role_forker);
     let _s = serial();
@@ -877,11 +829,11 @@ fn heartbeat_worker_whose_main_thread_exited_is_never_reported() {
         std::thread::spawn(move || {
             report(format!("SLOT slot={slot} idle={idle}"));
             let _t = t; // keeps the mapping
-            park();
+            sleep_forever();
         });
         std::thread::sleep(Duration::from_millis(50));
         exit_main_thread();
-        park();
+        sleep_forever();
     }
     play_role!(role_worker);
     let _s = serial();
@@ -966,7 +918,7 @@ fn heartbeat_stopped_worker_is_fenced_after_grace_never_before() {
         report(format!(
             "FENCED beats={beats} mark={mark} clear={clear} unregister={unreg}"
         ));
-        park();
+        sleep_forever();
     }
     play_role!(role_worker);
     let _s = serial();
@@ -1172,7 +1124,7 @@ fn semaphore_acquire_many_gets_a_killed_holders_permits() {
         let n: u32 = arg("n").parse().unwrap();
         std::mem::forget(sem.acquire_many(n).unwrap());
         report("HELD");
-        park();
+        sleep_forever();
     }
     play_role!(role_holder);
     let _s = serial();
@@ -1385,7 +1337,7 @@ fn blocked_lock_takes_over_a_killed_holder_at_once() {
         g.write(5).unwrap();
         report("HELD");
         std::mem::forget(g);
-        park();
+        sleep_forever();
     }
     play_role!(role_holder);
     let _s = serial();

@@ -10,12 +10,7 @@ use cxc_sync::{
     ElectionBackend, ElectionConfig, ElectionError, Elector, FencedFile, FencedResource,
     MmapElection,
 };
-use cxc_testkit::{Proc, RoleCommand, arg, fields, in_role, path_arg, report, try_arg};
-
-fn mono_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
+use cxc_testkit::{Proc, RoleCommand, arg, fields, in_role, mono_ns, path_arg, report, try_arg};
 
 fn ms_arg(key: &str) -> Option<Duration> {
     try_arg(key).map(|v| Duration::from_millis(v.to_string_lossy().parse().expect("ms")))

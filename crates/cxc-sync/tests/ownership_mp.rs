@@ -18,7 +18,8 @@ use cxc_mmf::identity::{FALLBACK_BIT, Identity, force_fallback};
 use cxc_sync::lease::counter;
 use cxc_sync::{EpochMode, LeaseOptions, OwnerLease, Preemption};
 use cxc_testkit::{
-    Proc, ROLE_VAR, Rng, RoleCommand, arg, fields, path_arg, report, role, wait_until,
+    Proc, ROLE_VAR, Rng, RoleCommand, arg, fields, flag, num, path_arg, report, role, serial,
+    wait_until,
 };
 
 type P = [u64; 6];
@@ -31,13 +32,6 @@ const CHILD_TAG: u64 = 1 << 40;
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 /// How long a child waits for its parent (the parent has failed then).
 const CHILD_PATIENCE: Duration = Duration::from_secs(40);
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Parent sides run one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn never() -> LeaseOptions {
     LeaseOptions {
@@ -79,22 +73,6 @@ fn slow_wait(path: &Path, timeout: Duration) {
             path.display()
         );
         std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn num(line: &str, key: &str) -> u64 {
-    fields(line)
-        .get(key)
-        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
-        .parse()
-        .unwrap_or_else(|_| panic!("report {line:?}: {key} is not a number"))
-}
-
-fn flag(line: &str, key: &str) -> bool {
-    match fields(line).get(key).copied() {
-        Some("true") => true,
-        Some("false") => false,
-        other => panic!("report {line:?}: {key} is {other:?}, not a boolean"),
     }
 }
 

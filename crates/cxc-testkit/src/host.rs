@@ -57,3 +57,41 @@ pub fn all_threads_in_state(pid: u32, state: char) -> bool {
     }
     any
 }
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: one clock for every process on the machine, so
+/// instants recorded by different processes can be compared.
+///
+/// ```
+/// let a = cxc_testkit::mono_ns();
+/// assert!(cxc_testkit::mono_ns() >= a);
+/// ```
+pub fn mono_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
+}
+
+/// The native-endian `u64` at byte `offset` of the file at `path`, read with `pread`
+/// (not through a mapping): what another process sees of a shared word.
+///
+/// # Panics
+///
+/// If the file cannot be opened or is shorter than `offset + 8` bytes.
+pub fn read_word(path: &std::path::Path, offset: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, offset)
+        .unwrap_or_else(|e| panic!("read {} at {offset}: {e}", path.display()));
+    u64::from_ne_bytes(b)
+}
+
+/// Sends SIGKILL to process `pid` (which the caller started and has not reaped); an
+/// error (already reaped) is ignored. Prefer [`crate::Proc::kill`] when the test has
+/// the child's handle.
+pub fn sigkill(pid: u32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}

@@ -10,9 +10,15 @@
 //!   never hang a test, the child's report lines, and a kill on drop so a panicking test
 //!   leaves no orphan. [`Proc::spawn`] wraps any [`std::process::Command`].
 //! - [`fields`] parses a `key=value key=value` report.
-//! - [`wait_until`] and [`wait_for_path`] poll a condition up to a deadline.
+//! - [`wait_until`] and [`wait_for_path`] poll a condition up to a deadline;
+//!   [`child_wait_for_path`] is a child's wait for its parent's marker; [`serial`] keeps
+//!   the tests of one binary that must not overlap apart.
+//! - [`num`] and [`flag`] read one field of a report; [`sleep_forever`] keeps a child
+//!   holding until it is killed.
 //! - [`find_program`] finds a program a test runs; [`all_threads_in_state`] reads a
 //!   process's threads' states.
+//! - [`mono_ns`] is one clock for all processes; [`read_word`] reads a shared word with
+//!   `pread`; [`sigkill`] kills a raw pid.
 //! - [`sealed`] and [`intact`] make and check a multi-word payload whose torn copies
 //!   are detected.
 //! - [`Rng`] is the one seeded generator (SplitMix64); [`Rng::for_test`] prints its seed
@@ -54,11 +60,12 @@ mod role;
 mod wait;
 
 pub use command::{RoleCommand, spawn_role};
-pub use host::{all_threads_in_state, find_program};
+pub use host::{all_threads_in_state, find_program, mono_ns, read_word, sigkill};
 pub use payload::{intact, sealed};
 pub use proc::Proc;
 pub use rng::{Rng, SEED_VAR, mix};
 pub use role::{
-    ARG_VAR_PREFIX, REPORT_PREFIX, ROLE_VAR, arg, fields, in_role, path_arg, report, role, try_arg,
+    ARG_VAR_PREFIX, REPORT_PREFIX, ROLE_VAR, arg, fields, flag, in_role, num, path_arg, report,
+    role, sleep_forever, try_arg,
 };
-pub use wait::{wait_for_path, wait_until};
+pub use wait::{child_wait_for_path, serial, wait_for_path, wait_until};

@@ -94,6 +94,50 @@ pub fn fields(line: &str) -> HashMap<&str, &str> {
         .collect()
 }
 
+/// Number `key` of a report (see [`fields`]).
+///
+/// # Panics
+///
+/// If the report has no `key` or its value is not a `u64` (the child broke the
+/// protocol, which fails the test).
+///
+/// ```
+/// assert_eq!(cxc_testkit::num("held=3 pid=7", "held"), 3);
+/// ```
+pub fn num(line: &str, key: &str) -> u64 {
+    fields(line)
+        .get(key)
+        .unwrap_or_else(|| panic!("report {line:?} has no {key}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("report {line:?}: {key}: {e}"))
+}
+
+/// Boolean `key` of a report (`true` or `false`, see [`fields`]).
+///
+/// # Panics
+///
+/// If the report has no `key` or its value is neither `true` nor `false`.
+///
+/// ```
+/// assert!(cxc_testkit::flag("owner=true", "owner"));
+/// assert!(!cxc_testkit::flag("owner=false", "owner"));
+/// ```
+pub fn flag(line: &str, key: &str) -> bool {
+    match fields(line).get(key).copied() {
+        Some("true") => true,
+        Some("false") => false,
+        other => panic!("report {line:?}: {key} is {other:?}, not a boolean"),
+    }
+}
+
+/// Sleeps until killed: a child that must keep what it holds (a claim, a permit, a
+/// mapping) until its parent kills it.
+pub fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}
+
 /// If this process was started in a role, plays it and exits: each listed function
 /// `role_NAME` plays role `NAME`, and an unknown role panics. A normal test run (no
 /// role) goes on.

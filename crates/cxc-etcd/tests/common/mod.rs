@@ -11,6 +11,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use cxc_testkit::{Proc, RoleCommand, find_program, wait_until};
+/// One clock for every process on the machine (intervals recorded by different
+/// children are compared).
+pub use cxc_testkit::mono_ns;
 
 pub use etcd::{EtcdCluster, EtcdServer};
 
@@ -29,13 +32,6 @@ pub fn child(test: &str, role: &str, endpoint: &str, key: &str) -> RoleCommand {
 pub fn linger() -> ! {
     std::thread::sleep(CHILD_PATIENCE);
     std::process::exit(5)
-}
-
-/// Nanoseconds of `CLOCK_MONOTONIC`: one clock for every process on the machine, so
-/// intervals recorded by different children can be compared.
-pub fn mono_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// The `etcdctl` binary (`$CXC_ETCDCTL_BIN`, else on `PATH`, else `/usr/bin/etcdctl`),
