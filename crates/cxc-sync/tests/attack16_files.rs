@@ -107,7 +107,7 @@ fn run_child(test: &str, role: &str, path: &Path, limit: Duration) -> Vec<String
 // 1. A .cxc-tmp file left behind by a process killed during `create`.
 // ---------------------------------------------------------------------------------------
 
-// FAILS on main: create_or_open fails with Io{op:"create"} (EEXIST on the temporary
+// Found (fixed since): create_or_open fails with Io{op:"create"} (EEXIST on the temporary
 // name) when a leftover `.NAME.cxc-tmp.<pid>.0` of a dead process with the same pid exists.
 /// docs/memory-layout.md, "Init-state protocol": "A process killed during steps 2–5
 /// leaves at most a `.cxc-tmp` file behind, never a partial file at the final path" and
@@ -242,7 +242,7 @@ fn copy_to(src: &Path, dir: &Path, name: &str) -> PathBuf {
 // 2. Holder tables of zero slots.
 // ---------------------------------------------------------------------------------------
 
-// FAILS on main: a semaphore or rwlock file whose header says 0 holder slots (valid
+// Found (fixed since): a semaphore or rwlock file whose header says 0 holder slots (valid
 // checksum) is accepted by `open_unregistered` and `inspect`, and `open` calls it
 // `TableFull { capacity: 0 }` instead of a corrupt file.
 /// docs/shared-semaphore.md, "Memory layout": "the holder capacity is the header's slot
@@ -819,7 +819,7 @@ fn fenced_file_refuses_paths_that_are_not_fenced_files() {
     );
 }
 
-// FAILS on main: `read` of a fenced file whose length a hostile process set to 1 TiB
+// Found (fixed since): `read` of a fenced file whose length a hostile process set to 1 TiB
 // (sparse) aborts the process ("memory allocation ... failed", SIGABRT).
 /// docs/leader-election.md: "Errors are typed: ... `FencedFileError::{Io, NotFenced}`";
 /// docs/design.md: a corrupt or foreign file "is an error, never ... a panic". A fenced

@@ -46,14 +46,11 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
         let name = path.file_name().ok_or_else(|| {
             MmfError::InvalidLayout(format!("{}: path has no file name", path.display()))
         })?;
-        let tmp = dir.join(format!(
-            ".{}.cxc-tmp.{}.{}",
-            name.to_string_lossy().chars().take(64).collect::<String>(),
-            std::process::id(),
-            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let result = Self::create_at_tmp(path, &tmp, layout, total, opts, init);
+        let (file, tmp) = create_tmp(&dir, &name.to_string_lossy(), opts.mode)?;
+        let result = Self::create_at_tmp(path, file, &tmp, layout, total, opts, init);
         if result.is_err() {
+            // Only the file this call created: a name taken by someone else (e.g. a dead
+            // creator's leftover under a reused pid) was skipped, never removed.
             let _ = std::fs::remove_file(&tmp);
         }
         result
@@ -61,21 +58,13 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
 
     fn create_at_tmp(
         path: &Path,
+        file: std::fs::File,
         tmp: &Path,
         layout: Layout,
         total: u64,
         opts: &CreateOptions,
         init: impl FnOnce(&H, &[S]),
     ) -> Result<Self, MmfError> {
-        let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(opts.mode)
-            .custom_flags(flags.bits() as i32)
-            .open(tmp)
-            .map_err(|e| MmfError::io("create", tmp, e))?;
         file.set_permissions(std::fs::Permissions::from_mode(opts.mode))
             .map_err(|e| MmfError::io("chmod", tmp, e))?;
         file.set_len(total)
@@ -124,6 +113,40 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
                     .map(|m| (m, Origin::Opened))
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+/// How many taken temporary names `create_tmp` skips before giving up.
+const TMP_ATTEMPTS: u64 = 64;
+
+/// Creates a new temporary file in `dir` for the file `name`:
+/// `.<name>.cxc-tmp.<pid>.<n>`, with `n` from a process-wide counter. The name is taken
+/// with `O_EXCL`: a name that exists (a leftover of a creator that died under the same pid,
+/// e.g. pid 1 of every container, or a reused pid) is skipped, never opened or removed.
+fn create_tmp(dir: &Path, name: &str, mode: u32) -> Result<(std::fs::File, PathBuf), MmfError> {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC;
+    let short: String = name.chars().take(64).collect();
+    let mut attempt = 0;
+    loop {
+        let tmp = dir.join(format!(
+            ".{short}.cxc-tmp.{}.{}",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(flags.bits() as i32)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((file, tmp)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && attempt + 1 < TMP_ATTEMPTS => {
+                attempt += 1;
+            }
+            Err(e) => return Err(MmfError::io("create", &tmp, e)),
         }
     }
 }

@@ -190,6 +190,15 @@ pub(super) fn check_expect(info: &HeaderInfo, expect: &Expect<'_>) -> Result<(),
                 found: l.capacity,
             });
         }
+        // A kind with slots needs at least one (a semaphore or rwlock with an empty
+        // holder table could never register anyone).
+        _ if expect.max_capacity > 0 && l.capacity == 0 => {
+            return Err(MmfError::ParamMismatch {
+                name: "capacity",
+                expected: format!("1..={}", expect.max_capacity),
+                found: 0,
+            });
+        }
         _ if l.capacity > expect.max_capacity => {
             return Err(MmfError::ParamMismatch {
                 name: "capacity",

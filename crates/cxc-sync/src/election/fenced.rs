@@ -176,7 +176,19 @@ impl FencedResource for FencedFile {
         self.locked(|f| {
             let mark = f.high_water()?;
             let len = f.len()?.saturating_sub(HEADER);
-            let mut data = vec![0u8; usize::try_from(len).unwrap_or(0)];
+            // The length comes from the file, which anyone with write access can extend
+            // (sparse): an allocation that fails is an error, never an abort.
+            let too_big = |detail: String| {
+                f.io(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!("{len} bytes of data: {detail}"),
+                ))
+            };
+            let len = usize::try_from(len).map_err(|e| too_big(e.to_string()))?;
+            let mut data = Vec::new();
+            data.try_reserve_exact(len)
+                .map_err(|e| too_big(e.to_string()))?;
+            data.resize(len, 0);
             f.file
                 .read_exact_at(&mut data, HEADER)
                 .map_err(|e| f.io(e))?;
