@@ -137,7 +137,7 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
         } => {
             let opts = cxc::SemaphoreOptions::default()
                 .mode(mode)
-                .holders(holders.unwrap_or(crate::sem_run::default_holders(permits)));
+                .holders(crate::sem_run::holders_for(permits, holders)?);
             cxc::SharedSemaphore::create_with(&path, initial.unwrap_or(permits), permits, &opts)
                 .map_err(|e| files::error(&path, &e))?;
             println!("created semaphore {} ({permits} permits)", path.display());

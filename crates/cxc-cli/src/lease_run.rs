@@ -74,6 +74,17 @@ fn keep(args: &LeaseRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
             args.path.display()
         )));
     }
+    if let (Some(d), EpochMode::Clock { tick }) = (kill_after, lease.epoch_mode())
+        && d < tick
+    {
+        // Staleness is judged in whole epochs of the file's tick: a shorter D would
+        // silently mean up to two ticks.
+        return Err(CliError::usage(format!(
+            "--kill-after {d:?} is shorter than the epoch tick of {} ({tick:?}): a stale \
+             heartbeat is judged in whole ticks (create the file with a shorter --tick)",
+            args.path.display()
+        )));
+    }
     let what = format!("lease {}", path.display());
     let guard = keeper.acquire(&what, || lease.try_lock(), |t| lease.lock_timeout(t))?;
     let env = [("CXC_LEASE_PATH", path.clone().into_os_string())];

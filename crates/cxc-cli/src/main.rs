@@ -156,7 +156,10 @@ fn run(cli: Cli) -> Result<u8, CliError> {
             format,
             textfile,
         } => match textfile {
-            Some(out) => cxc_cli::prometheus::textfile_loop(&[path], &out, interval).map(|()| 0),
+            Some(out) => {
+                cxc_cli::prometheus::textfile_loop_waiting(&[path], &out, interval, wait_for_file)
+                    .map(|()| 0)
+            }
             None => {
                 let render = move |v: &cxc_cli::View| match format.as_str() {
                     "json" => format!("{}\n", render::json(v)),

@@ -313,24 +313,56 @@ pub fn textfile_loop(
     out: &Path,
     interval: Duration,
 ) -> Result<(), CliError> {
+    textfile_loop_waiting(paths, out, interval, false)
+}
+
+/// [`textfile_loop`], and with `wait_for_file` a file that does not exist yet (and was
+/// never seen) is waited for, as `watch --wait-for-file` does: `out` is first written
+/// once every file loads. The report keeps `out`'s permission bits if it exists, else
+/// gets `0644` (a collector often runs as another user).
+///
+/// # Errors
+/// As [`textfile_loop`].
+pub fn textfile_loop_waiting(
+    paths: &[std::path::PathBuf],
+    out: &Path,
+    interval: Duration,
+    wait_for_file: bool,
+) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
     let interval = interval.max(crate::MIN_WATCH_INTERVAL);
     let dir = out
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let cannot = |e: &dyn std::fmt::Display| {
+        CliError::usage(format!("{}: cannot write: {e}", out.display()))
+    };
+    let mut seen = false;
     loop {
         let views = paths
             .iter()
             .map(|p| crate::load(p))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>();
+        let views = match views {
+            Ok(v) => v,
+            Err(_) if wait_for_file && !seen && paths.iter().any(|p| !p.exists()) => {
+                std::thread::sleep(interval);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        seen = true;
         let text = render(&views);
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)
-            .map_err(|e| CliError::usage(format!("{}: cannot write: {e}", out.display())))?;
-        std::io::Write::write_all(&mut tmp, text.as_bytes())
-            .map_err(|e| CliError::usage(format!("{}: cannot write: {e}", out.display())))?;
-        tmp.persist(out).map_err(|e| {
-            CliError::usage(format!("{}: cannot write: {}", out.display(), e.error))
-        })?;
+        let mode = std::fs::metadata(out)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0o644);
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| cannot(&e))?;
+        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(|e| cannot(&e))?;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(|e| cannot(&e))?;
+        tmp.persist(out).map_err(|e| cannot(&e.error))?;
         std::thread::sleep(interval);
     }
 }

@@ -121,8 +121,15 @@ fn keep(args: &RwLockRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let opts = RwLockOptions::default()
         .holders(args.holders)
         .grace(args.grace);
-    let (lock, _) = SharedRwLock::<Payload>::create_or_open(path, 0, &opts)
-        .map_err(|e| rw_error(&args.path, &e))?;
+    // More runs than holder slots: a run that finds every slot taken by a live run waits
+    // for one to free (shared runs: "any number at once").
+    let lock = keeper.open_with_slot(&path.display().to_string(), || {
+        match SharedRwLock::<Payload>::create_or_open(path, 0, &opts) {
+            Ok((lock, _)) => Ok(Some(lock)),
+            Err(RwLockError::TableFull { .. }) => Ok(None),
+            Err(e) => Err(rw_error(&args.path, &e)),
+        }
+    })?;
     let env = [("CXC_RWLOCK_PATH", path.clone().into_os_string())];
     if args.shared {
         let what = format!("a read lock of {}", path.display());

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use cxc::{SemaphoreOptions, SharedSemaphore};
+use cxc::{SemaphoreError, SemaphoreOptions, SharedSemaphore};
 
 use crate::supervise::{self, Keeper, Waiting};
 use crate::{CliError, files};
@@ -32,16 +32,35 @@ pub(crate) fn default_holders(permits: u32) -> u32 {
     permits.clamp(64, SharedSemaphore::MAX_HOLDERS)
 }
 
+/// The holder-table size of a file made for `permits` permits: `holders` if given, else
+/// [`default_holders`]. Fewer slots than permits is refused: every permit's holder needs a
+/// slot, or runs would wait with permits free.
+pub(crate) fn holders_for(permits: u32, holders: Option<u32>) -> Result<u32, CliError> {
+    match holders {
+        Some(h) if h < permits => Err(CliError::usage(format!(
+            "--holders {h} is fewer than --permits {permits}: every permit needs a holder slot"
+        ))),
+        Some(h) => Ok(h),
+        None => Ok(default_holders(permits)),
+    }
+}
+
 pub(crate) fn run(args: SemRun) -> Result<u8, CliError> {
     supervise::run(|parent, signals| keep(&args, &args.waiting.keeper(parent, signals)))
 }
 
 fn keep(args: &SemRun, keeper: &Keeper<'_>) -> Result<u8, CliError> {
     let path = files::follow(&args.path);
-    let opts =
-        SemaphoreOptions::default().holders(args.holders.unwrap_or(default_holders(args.permits)));
-    let (sem, _) = SharedSemaphore::create_or_open(&path, args.permits, args.permits, &opts)
-        .map_err(|e| files::error(&args.path, &e))?;
+    let opts = SemaphoreOptions::default().holders(holders_for(args.permits, args.holders)?);
+    // More runs than holder slots (e.g. the docs' `for f in *.mp4` loop over 100 files):
+    // a run that finds every slot taken by a live run waits for one to free.
+    let sem = keeper.open_with_slot(&args.path.display().to_string(), || {
+        match SharedSemaphore::create_or_open(&path, args.permits, args.permits, &opts) {
+            Ok((sem, _)) => Ok(Some(sem)),
+            Err(SemaphoreError::TableFull { .. }) => Ok(None),
+            Err(e) => Err(files::error(&args.path, &e)),
+        }
+    })?;
     let what = format!("a permit of {}", args.path.display());
     let permit = keeper.acquire(&what, || sem.try_acquire(), |t| sem.acquire_timeout(t))?;
     let env = [("CXC_SEM_PATH", args.path.clone().into_os_string())];

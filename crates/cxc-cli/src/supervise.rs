@@ -12,7 +12,7 @@
 //!   only once no live process is left in the group. When the wrapper dies (any signal,
 //!   even SIGKILL) the keeper terminates the group first.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -242,12 +242,30 @@ pub(crate) fn spawn(cmd: &[OsString], env: &[(&str, OsString)]) -> Result<Runnin
     let Some((program, rest)) = cmd.split_first() else {
         return Err(CliError::usage("no command given"));
     };
-    let spawned = Command::new(program)
-        .args(rest)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env_remove(KEEPER_ENV)
-        .process_group(0)
-        .spawn();
+    let start = |program: &OsStr, args: &[OsString]| {
+        Command::new(program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env_remove(KEEPER_ENV)
+            .process_group(0)
+            .spawn()
+    };
+    let spawned = match start(program, rest) {
+        // An executable file without a `#!` line: run it with /bin/sh, as execvp(3) (and
+        // so flock(1) and a shell) do.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOEXEC.raw_os_error()) => {
+            match resolve(program) {
+                Some(path) => {
+                    let args: Vec<OsString> = std::iter::once(path.into_os_string())
+                        .chain(rest.iter().cloned())
+                        .collect();
+                    start(OsStr::new("/bin/sh"), &args)
+                }
+                None => Err(e),
+            }
+        }
+        other => other,
+    };
     let child = spawned.map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             EXIT_NOT_FOUND
@@ -264,6 +282,23 @@ pub(crate) fn spawn(cmd: &[OsString], env: &[(&str, OsString)]) -> Result<Runnin
         .ok_or_else(|| CliError::usage("the command has no pid"))
         .and_then(|p| Ok(rustix::process::pidfd_open(p, PidfdFlags::empty())?))?;
     Ok(Running { child, pidfd, pgid })
+}
+
+/// The file `program` names, as execvp(3) finds it: itself if it contains a `/`, else the
+/// first executable regular file of that name in a `PATH` directory.
+fn resolve(program: &OsStr) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    if program.as_bytes().contains(&b'/') {
+        return Some(program.into());
+    }
+    let paths = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&paths)
+        .map(|d| d.join(program))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// How the command's run ended.

@@ -12,7 +12,7 @@
 //! recorded number now naming another process's group, after pid reuse, does not).
 
 use std::ffi::OsString;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{
     Ended, Parent, Signals, Waiting, group_alive, group_carries, spawn, supervise,
@@ -23,6 +23,9 @@ use crate::{CliError, EXIT_LEASE_LOST};
 /// The environment variable that marks the processes of an exclusive run's command:
 /// `DEV.INODE.RUNS` of the file and the run's counter.
 pub(crate) const MARK_VAR: &str = "CXC_RUN_MARK";
+
+/// How often a run that found its file's holder table full tries again for a slot.
+pub(crate) const SLOT_POLL: Duration = Duration::from_millis(20);
 
 /// The mark of run `runs` on the file `file` (its device and inode; `None` if the file
 /// cannot be looked at, which marks nothing and so ends no recorded group).
@@ -106,6 +109,8 @@ pub(crate) struct Keeper<'a> {
     pub(crate) waiting: &'a Waiting,
     pub(crate) parent: &'a Parent,
     pub(crate) signals: &'a Signals,
+    /// When the keeper began: `-w` bounds every wait of the run together.
+    pub(crate) started: Instant,
 }
 
 impl Keeper<'_> {
@@ -116,8 +121,48 @@ impl Keeper<'_> {
         try_now: impl FnOnce() -> Option<T>,
         wait_for: impl FnMut(Duration) -> Option<T>,
     ) -> Result<T, CliError> {
-        self.waiting
-            .acquire(what, self.parent, self.signals, try_now, wait_for)
+        self.waiting.acquire(
+            what,
+            self.parent,
+            self.signals,
+            self.started,
+            try_now,
+            wait_for,
+        )
+    }
+
+    /// Opens a file whose holder table may be full (`open` gives `Ok(None)` then, and
+    /// takes a slot when it gives the handle): waits for a slot as for the claim
+    /// itself (`-n`, `-w`, signals, a dead wrapper), trying again every
+    /// [`SLOT_POLL`]. A slot frees when a holder's process ends (a dead holder's
+    /// slot is reclaimed by the next open). Any other error ends the run.
+    pub(crate) fn open_with_slot<T>(
+        &self,
+        what: &str,
+        open: impl Fn() -> Result<Option<T>, CliError>,
+    ) -> Result<T, CliError> {
+        if let Some(t) = open()? {
+            return Ok(t);
+        }
+        let what = format!("a free holder slot of {what}");
+        self.acquire(
+            &what,
+            || None,
+            |left| {
+                let until = Instant::now() + left;
+                loop {
+                    match open() {
+                        Ok(None) => {}
+                        other => return other.transpose(),
+                    }
+                    let now = Instant::now();
+                    if now >= until {
+                        return None;
+                    }
+                    std::thread::sleep(SLOT_POLL.min(until - now));
+                }
+            },
+        )?
     }
 
     /// Runs the command on a shared hold that needs no renewal and returns the exit code

@@ -45,6 +45,7 @@ impl Waiting {
             waiting: self,
             parent,
             signals,
+            started: Instant::now(),
         }
     }
 
@@ -56,7 +57,8 @@ impl Waiting {
         }
     }
 
-    /// Takes the claim: `try_now()` once with `-n`, else `wait_for(timeout)`. The wait is
+    /// Takes the claim: `try_now()` once with `-n`, else `wait_for(timeout)` until `-w`
+    /// after `started` (the keeper's start, so that all waits of a run share it). The wait is
     /// one blocking call (not short slices: a waiter that woke every few milliseconds to
     /// look around would crowd the CPUs just when a handover needs them); meanwhile a
     /// [`Monitor`] thread ends this process if the wrapper dies or a signal arrives.
@@ -65,6 +67,7 @@ impl Waiting {
         what: &str,
         parent: &Parent,
         signals: &Signals,
+        started: Instant,
         try_now: impl FnOnce() -> Option<T>,
         mut wait_for: impl FnMut(Duration) -> Option<T>,
     ) -> Result<T, CliError> {
@@ -82,7 +85,7 @@ impl Waiting {
         if parent.is_gone() {
             return Err(CliError::usage("the wrapper is gone"));
         }
-        let deadline = self.wait.and_then(|w| Instant::now().checked_add(w));
+        let deadline = self.wait.and_then(|w| started.checked_add(w));
         let monitor = Monitor::start(parent, signals, what)?;
         let got = loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
