@@ -159,6 +159,41 @@ fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 // ---------------------------------------------------------------------------------------
 // Blocking waits
 
+/// Set by an `atexit` hook (registered at import): the interpreter is exiting. Only
+/// daemon threads still run then besides the exiting thread (non-daemon ones were joined
+/// before `atexit`).
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+std::thread_local! {
+    /// Whether this thread runs the interpreter's exit (and its `atexit` hooks, which
+    /// may still use cxc normally).
+    static EXIT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[pyfunction]
+fn _interpreter_exiting() {
+    EXIT_THREAD.with(|t| t.set(true));
+    EXITING.store(true, Ordering::Release);
+}
+
+/// Runs `f` without the GIL (`allow_threads`). Another thread than the exiting one that
+/// would take the GIL back after the interpreter began to exit (a daemon thread still
+/// blocked in a wait) sleeps until the process ends instead: CPython up to 3.13 ends
+/// such a thread with `pthread_exit`, whose forced unwinding through the Rust frames of
+/// this call aborts the whole process ("FATAL: exception not rethrown") instead of
+/// letting it exit.
+fn unblocked<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
+    py.allow_threads(|| {
+        let r = f();
+        if EXITING.load(Ordering::Acquire) && !EXIT_THREAD.with(|t| t.get()) {
+            loop {
+                std::thread::park();
+            }
+        }
+        r
+    })
+}
+
 /// Waits for `attempt` to succeed in slices, without the GIL, checking signals between
 /// slices. `slice(left)` blocks at most `left` and returns `Some`
 /// when acquired.
@@ -167,13 +202,13 @@ fn wait_sliced<G: Send>(
     timeout: Option<Duration>,
     mut slice: impl FnMut(Duration) -> Option<G> + Send,
 ) -> PyResult<Option<G>> {
-    let deadline = timeout.map(|t| Instant::now() + t);
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
         let left = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
             None => SLICE,
         };
-        if let Some(g) = py.allow_threads(|| slice(left)) {
+        if let Some(g) = unblocked(py, || slice(left)) {
             return Ok(Some(g));
         }
         py.check_signals()?;
@@ -218,7 +253,7 @@ impl Lease {
             return Ok(Some(g));
         }
         let mut fut = Box::pin(self.inner.clone().lock_owned_async());
-        // The waker is made on the first slice: `allow_threads` runs on this same thread.
+        // The waker is made on the first slice: `unblocked` runs it on this same thread.
         let mut waker: Option<Waker> = None;
         wait_sliced(py, timeout, move |left| {
             let w =
@@ -245,16 +280,15 @@ impl Lease {
     #[pyo3(signature = (path, *, create = true, grace = 1.0))]
     fn new(py: Python<'_>, path: PathBuf, create: bool, grace: f64) -> PyResult<Self> {
         let grace = grace_duration(grace)?;
-        let lease = py
-            .allow_threads(|| {
-                let b = OwnerLease::builder(&path).grace(grace);
-                if create {
-                    b.create_or_open([0u8; 48]).map(|(l, _)| l)
-                } else {
-                    b.open()
-                }
-            })
-            .map_err(|e| lease_error(e, &path))?;
+        let lease = unblocked(py, || {
+            let b = OwnerLease::builder(&path).grace(grace);
+            if create {
+                b.create_or_open([0u8; 48]).map(|(l, _)| l)
+            } else {
+                b.open()
+            }
+        })
+        .map_err(|e| lease_error(e, &path))?;
         Ok(Lease {
             inner: Arc::new(lease),
             path,
@@ -448,7 +482,7 @@ impl Semaphore {
         wait_sliced(py, timeout, move |left| {
             let p = sem.acquire_timeout(left)?;
             std::mem::forget(p);
-            Some(HeldPermit(sem.clone()))
+            Some(HeldPermit::taken(sem.clone()))
         })
     }
 }
@@ -458,21 +492,20 @@ impl Semaphore {
     #[new]
     #[pyo3(signature = (path, permits, *, create = true))]
     fn new(py: Python<'_>, path: PathBuf, permits: u32, create: bool) -> PyResult<Self> {
-        let sem = py
-            .allow_threads(|| {
-                if create {
-                    SharedSemaphore::create_or_open(
-                        &path,
-                        permits,
-                        permits,
-                        &SemaphoreOptions::default(),
-                    )
-                    .map(|(s, _)| s)
-                } else {
-                    SharedSemaphore::open(&path)
-                }
-            })
-            .map_err(|e| sem_error(e, &path))?;
+        let sem = unblocked(py, || {
+            if create {
+                SharedSemaphore::create_or_open(
+                    &path,
+                    permits,
+                    permits,
+                    &SemaphoreOptions::default(),
+                )
+                .map(|(s, _)| s)
+            } else {
+                SharedSemaphore::open(&path)
+            }
+        })
+        .map_err(|e| sem_error(e, &path))?;
         if !create && sem.max_permits() != permits {
             return Err(error(
                 "Error",
@@ -534,7 +567,7 @@ impl Semaphore {
             }
             due
         };
-        if due && py.allow_threads(|| self.inner.reclaim_dead()) > 0 {
+        if due && unblocked(py, || self.inner.reclaim_dead()) > 0 {
             return HeldPermit::try_acquire(&self.inner).map(SemaphorePermit::new);
         }
         None
@@ -543,7 +576,7 @@ impl Semaphore {
     /// Returns the permits of holders that died (their whole process gone) to the pool;
     /// the number returned. A blocked `acquire` does this by itself.
     fn reclaim_dead(&self, py: Python<'_>) -> u32 {
-        py.allow_threads(|| self.inner.reclaim_dead())
+        unblocked(py, || self.inner.reclaim_dead())
     }
 
     /// For the coroutine `Semaphore.acquire_async`: a waiter whose Rust future
@@ -554,7 +587,7 @@ impl Semaphore {
             // The permit borrows `sem` (owned by this future); it is forgotten and
             // returned by the `HeldPermit`, as `try_acquire_owned` does.
             std::mem::forget(sem.acquire_async().await);
-            Got::Permit(HeldPermit(sem))
+            Got::Permit(HeldPermit::taken(sem))
         }))
     }
 
@@ -569,20 +602,36 @@ impl Semaphore {
 
 /// A permit held by this process that owns its `Arc` (as `OwnedPermit`, which has no
 /// public constructor from a forgotten `Permit`); dropping it returns the permit.
+/// A copy inherited by a forked child stays the parent's: dropping it there returns
+/// nothing (the child's own permits are not touched).
 #[derive(Debug)]
-struct HeldPermit(Arc<SharedSemaphore>);
+struct HeldPermit {
+    sem: Arc<SharedSemaphore>,
+    /// The process that took it.
+    proc: u32,
+}
 
 impl HeldPermit {
+    /// A permit this process just took (and forgot).
+    fn taken(sem: Arc<SharedSemaphore>) -> Self {
+        HeldPermit {
+            sem,
+            proc: std::process::id(),
+        }
+    }
+
     fn try_acquire(sem: &Arc<SharedSemaphore>) -> Option<Self> {
         std::mem::forget(sem.try_acquire()?);
-        Some(HeldPermit(sem.clone()))
+        Some(HeldPermit::taken(sem.clone()))
     }
 }
 
 impl Drop for HeldPermit {
     fn drop(&mut self) {
-        // Cannot fail for a permit this process took (see `Permit`'s `Drop`).
-        let _ = self.0.release();
+        if self.proc == std::process::id() {
+            // Cannot fail for a permit this process took (see `Permit`'s `Drop`).
+            let _ = self.sem.release();
+        }
     }
 }
 
@@ -650,20 +699,19 @@ impl HeartbeatTableHandle {
     #[new]
     #[pyo3(signature = (path, capacity = 64, *, create = true))]
     fn new(py: Python<'_>, path: PathBuf, capacity: usize, create: bool) -> PyResult<Self> {
-        let table = py
-            .allow_threads(|| {
-                if create {
-                    match HeartbeatTable::create(&path, capacity) {
-                        Err(HeartbeatError::File(MmfError::AlreadyExists { .. })) => {
-                            HeartbeatTable::open(&path, capacity)
-                        }
-                        r => r,
+        let table = unblocked(py, || {
+            if create {
+                match HeartbeatTable::create(&path, capacity) {
+                    Err(HeartbeatError::File(MmfError::AlreadyExists { .. })) => {
+                        HeartbeatTable::open(&path, capacity)
                     }
-                } else {
-                    HeartbeatTable::open(&path, capacity)
+                    r => r,
                 }
-            })
-            .map_err(|e| hb_error(e, &path))?;
+            } else {
+                HeartbeatTable::open(&path, capacity)
+            }
+        })
+        .map_err(|e| hb_error(e, &path))?;
         Ok(Self {
             inner: Arc::new(table),
             path,
@@ -852,7 +900,7 @@ impl Watchdog {
     /// Ticks the epoch and reports dead slots with work in flight:
     /// a list of `(slot, pid, in_flight)`.
     fn scan(&self, py: Python<'_>) -> Vec<(usize, u32, u64)> {
-        py.allow_threads(|| {
+        unblocked(py, || {
             lock(&self.0)
                 .wd
                 .scan()
@@ -882,8 +930,11 @@ enum Got {
 /// A waiter's Rust future (`lock_owned_async`, or `acquire_async` owning its handle).
 type WaitFuture = Pin<Box<dyn Future<Output = Got> + Send>>;
 
-/// Where a wake-up goes: the waiter's event loop and the bound method `AsyncWaiter._poll`.
-/// Cleared when the waiter is done, which breaks the cycle waiter → waker → waiter.
+/// Where a wake-up goes: the waiter's event loop and a weak reference to the
+/// `AsyncWaiter` (whose `_poll` is scheduled). Weak, so that the cxc reactor (which holds
+/// the waker while the Rust future waits) never keeps a waiter alive: a waiter whose task
+/// and loop are gone is collected, and its drop deregisters it. Cleared when the waiter is
+/// done.
 struct WakeTarget {
     /// Set by a wake, cleared by the poll it scheduled: one scheduled poll at a time.
     scheduled: AtomicBool,
@@ -967,8 +1018,18 @@ fn deliver(w: &WakeTarget) {
     Python::with_gil(|py| {
         let target = lock(&w.target)
             .as_ref()
-            .map(|(l, cb)| (l.clone_ref(py), cb.clone_ref(py)));
-        if let Some((event_loop, cb)) = target {
+            .map(|(l, weak)| (l.clone_ref(py), weak.clone_ref(py)));
+        let Some((event_loop, weak)) = target else {
+            return;
+        };
+        // The waiter, unless it was collected meanwhile (then nobody waits).
+        let Ok(waiter) = weak.call0(py) else {
+            return;
+        };
+        if waiter.is_none(py) {
+            return;
+        }
+        if let Ok(cb) = waiter.getattr(py, "_poll") {
             // A closed loop raises RuntimeError: its waiters are gone with it.
             let _ = event_loop.call_method1(py, "call_soon_threadsafe", (cb,));
         }
@@ -980,7 +1041,11 @@ fn deliver(w: &WakeTarget) {
 /// reactor wakes it). No thread per waiter: the reactor (2 threads) and the wake-up
 /// bridge (1 thread) serve every waiter of the process. Dropping the future (`cancel`,
 /// `expire`, completion) leaves no claim, no permit and no registered waiter.
-#[pyclass(module = "cxc._cxc", frozen)]
+///
+/// The waiter takes part in Python's cycle collection (`__traverse__`, `__clear__`): a
+/// waiter whose task was dropped unfinished (e.g. its loop closed under it) is collected
+/// with the task, which drops its Rust future.
+#[pyclass(module = "cxc._cxc", frozen, weakref)]
 struct AsyncWaiter {
     fut: Mutex<Option<WaitFuture>>,
     wake: Arc<WakeTarget>,
@@ -1021,8 +1086,10 @@ impl AsyncWaiter {
     /// Binds the waiter to `event_loop` and the asyncio future `result`, and polls once.
     fn start(slf: &Bound<'_, Self>, event_loop: Py<PyAny>, result: Py<PyAny>) -> PyResult<()> {
         let me = slf.get();
-        let poll = slf.getattr("_poll")?.unbind();
-        *lock(&me.wake.target) = Some((event_loop, poll));
+        let weak = pyo3::types::PyWeakrefReference::new(slf)?
+            .into_any()
+            .unbind();
+        *lock(&me.wake.target) = Some((event_loop, weak));
         *lock(&me.result) = Some(result);
         Self::_poll(slf)
     }
@@ -1087,6 +1154,29 @@ impl AsyncWaiter {
     #[getter]
     fn waiting(&self) -> bool {
         lock(&self.fut).is_some()
+    }
+
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        // Never block in the collector: a lock held elsewhere skips that edge (the
+        // object then just looks reachable this round).
+        if let Ok(r) = self.result.try_lock()
+            && let Some(f) = r.as_ref()
+        {
+            visit.call(f)?;
+        }
+        if let Ok(t) = self.wake.target.try_lock()
+            && let Some((event_loop, weak)) = t.as_ref()
+        {
+            visit.call(event_loop)?;
+            visit.call(weak)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        self.finish();
+        let result = lock(&self.result).take();
+        drop(result);
     }
 }
 
@@ -1178,9 +1268,9 @@ impl ElectorHandle {
             return Ok(e.clone());
         }
         let grace = self.inner.config().lease_duration;
-        let e = Arc::new(
-            py.allow_threads(|| open_elector(&self.path, false, grace, format!("py:{me}")))?,
-        );
+        let e = Arc::new(unblocked(py, || {
+            open_elector(&self.path, false, grace, format!("py:{me}"))
+        })?);
         *forked = Some((me, e.clone()));
         Ok(e)
     }
@@ -1207,7 +1297,7 @@ impl ElectorHandle {
                 identity.len()
             )));
         }
-        let inner = py.allow_threads(|| open_elector(&path, create, grace, identity))?;
+        let inner = unblocked(py, || open_elector(&path, create, grace, identity))?;
         Ok(ElectorHandle {
             inner: Arc::new(inner),
             path,
@@ -1240,15 +1330,14 @@ impl ElectorHandle {
     #[pyo3(signature = (timeout = None))]
     fn campaign(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<LeadershipHandle> {
         let t = duration(timeout)?;
-        let deadline = t.map(|t| Instant::now() + t);
+        let deadline = t.and_then(|t| Instant::now().checked_add(t));
         let elector = self.elector(py)?;
         loop {
             let left = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
             };
-            let won = py
-                .allow_threads(|| elector.campaign(left))
+            let won = unblocked(py, || elector.campaign(left))
                 .map_err(|e| election_error(e, &self.path))?;
             if let Some(l) = won {
                 return Ok(LeadershipHandle::new(l, &self.path));
@@ -1291,9 +1380,11 @@ impl ElectorHandle {
 /// A won term; a context manager that steps down on exit.
 #[pyclass(module = "cxc._cxc", name = "Leadership", frozen)]
 struct LeadershipHandle {
-    /// Shared by `is_current`, `renew` and `wait_lost` (taken without the GIL, so a
-    /// thread in `wait_lost` never stalls the others); `step_down` takes it.
-    inner: RwLock<Option<Leadership<MmapElection>>>,
+    /// The term, shared: `is_current`, `renew` and `wait_lost` clone the `Arc` under the
+    /// lock and work without it (a thread blocked in `wait_lost` holds no lock, so
+    /// `step_down` is prompt, also in a child forked meanwhile); `step_down` takes it out
+    /// and resigns through the `Arc`.
+    inner: RwLock<Option<Arc<Leadership<MmapElection>>>>,
     token: u64,
     path: PathBuf,
 }
@@ -1303,8 +1394,13 @@ impl LeadershipHandle {
         LeadershipHandle {
             token: l.token(),
             path: path.to_path_buf(),
-            inner: RwLock::new(Some(l)),
+            inner: RwLock::new(Some(Arc::new(l))),
         }
+    }
+
+    /// The term, if not stepped down (the lock is held only to clone the `Arc`).
+    fn term(&self) -> Option<Arc<Leadership<MmapElection>>> {
+        read(&self.inner).clone()
     }
 
     fn stepped_down_error(&self) -> PyErr {
@@ -1326,7 +1422,8 @@ impl LeadershipHandle {
     /// Whether this term still leads: not lost, renewed within the lease duration, and
     /// current in the file.
     fn is_current(&self, py: Python<'_>) -> PyResult<bool> {
-        py.allow_threads(|| match read(&self.inner).as_ref() {
+        let term = self.term();
+        unblocked(py, || match term {
             Some(l) => l.is_current(),
             None => Ok(false),
         })
@@ -1337,7 +1434,8 @@ impl LeadershipHandle {
     /// lease duration. Raises `LostError` once the term is over (superseded, not renewed
     /// in time, or stepped down).
     fn renew(&self, py: Python<'_>) -> PyResult<()> {
-        match py.allow_threads(|| read(&self.inner).as_ref().map(|l| l.renew())) {
+        let term = self.term();
+        match unblocked(py, || term.map(|l| l.renew())) {
             Some(r) => r.map_err(|e| election_error(e, &self.path)),
             None => Err(self.stepped_down_error()),
         }
@@ -1348,13 +1446,14 @@ impl LeadershipHandle {
     #[pyo3(signature = (timeout = None))]
     fn wait_lost(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let t = duration(timeout)?;
-        let deadline = t.map(|t| Instant::now() + t);
+        let deadline = t.and_then(|t| Instant::now().checked_add(t));
         loop {
             let left = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
             };
-            let lost = py.allow_threads(|| match read(&self.inner).as_ref() {
+            let term = self.term();
+            let lost = unblocked(py, || match term {
                 Some(l) => l.wait_lost(left),
                 None => Ok(true),
             });
@@ -1371,16 +1470,16 @@ impl LeadershipHandle {
     /// Ends the term now so a standby can lead at once. Raises `LostError` if the term
     /// was already over; a second call does nothing.
     fn step_down(&self, py: Python<'_>) -> PyResult<()> {
-        // (Without the GIL: a `wait_lost` in another thread may hold the lock for one
-        // slice.)
-        let Some(l) = py.allow_threads(|| write(&self.inner).take()) else {
+        let Some(l) = write(&self.inner).take() else {
             return Ok(());
         };
         // `Leadership::step_down` reports `Lost` only for a term known lost; a term past
         // its lease duration without renewal is over as well (`renew` says so), even if
         // no standby took it yet. Resign it (fenced) all the same.
         let expired = l.is_lost();
-        match l.step_down() {
+        // Through the `Arc`: a `wait_lost` in another thread may hold a clone (it then
+        // returns `True`); the last clone's drop stops the renewer.
+        match unblocked(py, || l.resign()) {
             Ok(()) if expired => Err(error(
                 "LostError",
                 format!(
@@ -1446,5 +1545,9 @@ fn _cxc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<LeadershipHandle>()?;
     m.add_class::<AsyncWaiter>()?;
     m.add_function(wrap_pyfunction!(async_waiters, m)?)?;
+    let exiting = wrap_pyfunction!(_interpreter_exiting, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (exiting,))?;
     Ok(())
 }

@@ -6,8 +6,8 @@ in wait_lost(), async waiters and a stopped holder, holders that died but were n
 Python signal handlers during blocking waits, pickling and copying of handles.
 
 Each test cites the sentence of docs/python.md (or of the doc of the primitive it wraps)
-it checks. A `# FAILS on main:` comment marks a test that fails on the code it was
-written against."""
+it checks. A `# Found (fixed since):` comment marks a test that failed on the code it
+was written against, and what happened then."""
 
 import asyncio
 import copy
@@ -60,7 +60,7 @@ def _run(code, *args, timeout=30):
 # one does not wait; NaN raises `ValueError`". A finite timeout of 1e19 s is a valid
 # float; the call must wait (here: until the holder releases) or refuse it with a Python
 # exception of a documented kind (ValueError / OverflowError), never panic.
-# FAILS on main: `Instant::now() + timeout` overflows: pyo3_runtime.PanicException
+# Found (fixed since): `Instant::now() + timeout` overflows: pyo3_runtime.PanicException
 # ("overflow when adding duration to instant"), a BaseException that `except Exception`
 # does not catch (every run).
 @pytest.mark.parametrize("kind", ["lock", "acquire", "campaign", "wait_lost"])
@@ -129,7 +129,7 @@ print("exiting", flush=True)
 # `campaign()` or `wait_lost()` lets the main thread run (the GIL is released)". A
 # daemon thread waiting so while the main thread ends is the ordinary worker-thread
 # pattern: the interpreter must exit normally (status 0), not abort.
-# FAILS on main: the daemon thread's next slice retakes the GIL during finalization,
+# Found (fixed since): the daemon thread's next slice retakes the GIL during finalization,
 # CPython ends the thread with pthread_exit inside the extension, and the process aborts
 # ("FATAL: exception not rethrown", SIGABRT, status 134) -- in about 9 of 10 exits.
 @pytest.mark.parametrize("kind", ["lock", "acquire", "campaign", "wait_lost"])
@@ -188,7 +188,7 @@ print(os.read(r, 4096).decode(), flush=True)
 # test_attack.py established that a forked child cannot return the parent's permit. A
 # child that drops its copy of the parent's permit object while it holds a permit of its
 # own must keep its own: 0 available, `own` still held, no third permit for anyone.
-# FAILS on main: the drop releases "a permit of the calling process", i.e. the child's
+# Found (fixed since): the drop releases "a permit of the calling process", i.e. the child's
 # own one: available goes 0 -> 1, `own.released` stays False, and another acquire
 # succeeds -- 3 holders of a 2-permit semaphore (every run).
 def test_forked_child_dropping_inherited_permit_keeps_its_own(tmp_path):
@@ -253,7 +253,7 @@ print(json.dumps([results, ok]), flush=True)
 # of the inherited term raise LostError. The same must hold when the leader forks while
 # another of its threads waits in `lead.wait_lost()` (the documented watcher pattern):
 # the child's calls answer (False, LostError, LostError), they do not hang.
-# FAILS on main: wait_lost() holds the term's lock (read side) across each 50 ms slice
+# Found (fixed since): wait_lost() holds the term's lock (read side) across each 50 ms slice
 # without the GIL; a child forked meanwhile inherits the lock read-held by a thread it does
 # not have, and its step_down() (write side) blocks forever -- uninterruptible, outside
 # the GIL (with 3 watcher threads: 12 of 12 forks hung in 4 runs; with one, 2 of 3).
@@ -295,7 +295,7 @@ print("after", cxc.async_waiters(), g is not None, p is not None, flush=True)
 # (the waiter is gone with its loop)"; API table: "`cxc.async_waiters()` | `int`: async
 # waiters registered with this process's reactor (0 when none waits)". Once the loop is
 # closed and its tasks are gone, nobody waits: 0 registered waiters, nothing claimed.
-# FAILS on main: the 10 waiters stay registered for good (`async_waiters()` == 10 after
+# Found (fixed since): the 10 waiters stay registered for good (`async_waiters()` == 10 after
 # the loop, the tasks and a gc): the reactor's waker holds the loop and the waiter
 # through Python references the cycle collector cannot see (every run). (Nothing is
 # claimed: the lease and the permit are free.)
@@ -325,7 +325,7 @@ def test_waiters_of_a_closed_loop_are_gone_with_it(tmp_path):
 # standby leads at once"; "`lead.wait_lost(timeout=None)` | blocks until the term is
 # lost". The documented pattern -- one thread waits in wait_lost(), the work loop steps
 # down -- must end the term at once (allowed here: 100 ms, two of the 50 ms slices).
-# FAILS on main: step_down() waits for the write side of the lock wait_lost() re-takes
+# Found (fixed since): step_down() waits for the write side of the lock wait_lost() re-takes
 # for every 50 ms slice, and loses the race again and again: median ~130 ms, up to
 # ~540 ms per step_down() (vs ~1 us without the waiting thread).
 def test_step_down_beside_a_wait_lost_thread_is_prompt(tmp_path):

@@ -117,6 +117,10 @@ pub struct Leadership<B: ElectionBackend> {
     shared: Arc<Shared>,
     subscribers: Subscribers,
     renewer: Option<std::thread::JoinHandle<()>>,
+    /// The pid of the process that won the term: a forked child's copy (another pid)
+    /// neither joins the parent's renewer thread (it does not exist in the child) nor
+    /// resigns.
+    proc: u32,
 }
 
 impl<B: ElectionBackend> Debug for Leadership<B> {
@@ -150,6 +154,7 @@ impl<B: ElectionBackend> Leadership<B> {
             shared,
             subscribers,
             renewer: None,
+            proc: cxc_mmf::identity::current_pid(),
         };
         if background {
             let core = l.core();
@@ -254,8 +259,33 @@ impl<B: ElectionBackend> Leadership<B> {
     /// [`ElectionError::Lost`] if the term was already over; [`ElectionError::Backend`].
     pub fn step_down(mut self) -> Result<(), ElectionError> {
         self.stop_renewer();
+        self.resign_term()
+    }
+
+    /// [`step_down`](Self::step_down) through a shared reference, for a term that other
+    /// threads use meanwhile (e.g. one blocked in [`wait_lost`](Self::wait_lost), which
+    /// then returns `true`): resigns now and tells the background renewer to stop
+    /// (without waiting for it; dropping the `Leadership` joins it). A second call, or a
+    /// call after `step_down`'s resignation, reports `Lost`.
+    ///
+    /// # Errors
+    /// As [`step_down`](Self::step_down).
+    pub fn resign(&self) -> Result<(), ElectionError> {
+        self.signal_renewer();
+        self.resign_term()
+    }
+
+    fn resign_term(&self) -> Result<(), ElectionError> {
         let core = self.core();
         let was_lost = self.shared.lost.load(Ordering::Acquire);
+        if self.forked() {
+            // A forked child's copy never leads (the term belongs to the parent's
+            // process): nothing to resign.
+            core.mark_lost();
+            return Err(ElectionError::Lost {
+                token: self.token(),
+            });
+        }
         let resigned = self.backend.resign(&self.term);
         core.mark_lost();
         match resigned {
@@ -267,11 +297,26 @@ impl<B: ElectionBackend> Leadership<B> {
         }
     }
 
+    /// Whether this is a forked child's copy of the term.
+    fn forked(&self) -> bool {
+        self.proc != cxc_mmf::identity::current_pid()
+    }
+
+    fn signal_renewer(&self) {
+        let (m, cv) = &self.shared.stop;
+        *lock(m) = true;
+        cv.notify_all();
+    }
+
     fn stop_renewer(&mut self) {
         if let Some(h) = self.renewer.take() {
-            let (m, cv) = &self.shared.stop;
-            *lock(m) = true;
-            cv.notify_all();
+            if self.forked() {
+                // The renewer is a thread of the parent: joining it here would wait
+                // forever.
+                std::mem::forget(h);
+                return;
+            }
+            self.signal_renewer();
             let _ = h.join();
         }
     }
@@ -280,7 +325,10 @@ impl<B: ElectionBackend> Leadership<B> {
 impl<B: ElectionBackend> Drop for Leadership<B> {
     fn drop(&mut self) {
         self.stop_renewer();
-        if self.config.release_on_cancel && !self.shared.lost.load(Ordering::Acquire) {
+        if self.config.release_on_cancel
+            && !self.forked()
+            && !self.shared.lost.load(Ordering::Acquire)
+        {
             let _ = self.backend.resign(&self.term);
         }
         self.core().mark_lost();

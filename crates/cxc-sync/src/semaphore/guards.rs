@@ -9,6 +9,7 @@
 //! under way; the count never exceeds `max_permits`, and a holder that dies in between is
 //! reclaimed like any other (every permit is tracked by this process's holder slot).
 
+use cxc_mmf::identity::current_pid;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,8 @@ const MANY_POLL: Duration = Duration::from_millis(2);
 #[must_use = "dropping a permit releases it at once"]
 pub struct OwnedPermit {
     sem: Arc<SharedSemaphore>,
+    /// The process that acquired it (a forked child's copy releases nothing).
+    proc: u32,
 }
 
 impl OwnedPermit {
@@ -35,7 +38,9 @@ impl OwnedPermit {
 
 impl Drop for OwnedPermit {
     fn drop(&mut self) {
-        let _ = self.sem.release();
+        if self.proc == current_pid() {
+            let _ = self.sem.release();
+        }
     }
 }
 
@@ -52,6 +57,8 @@ impl std::fmt::Debug for OwnedPermit {
 pub struct ManyPermits<'a> {
     sem: &'a SharedSemaphore,
     n: u32,
+    /// The process that acquired them (a forked child's copy releases nothing).
+    proc: u32,
 }
 
 impl ManyPermits<'_> {
@@ -63,6 +70,9 @@ impl ManyPermits<'_> {
 
 impl Drop for ManyPermits<'_> {
     fn drop(&mut self) {
+        if self.proc != current_pid() {
+            return;
+        }
         for _ in 0..self.n {
             let _ = self.sem.release();
         }
@@ -83,19 +93,19 @@ impl SharedSemaphore {
     pub fn try_acquire_owned(self: Arc<Self>) -> Option<OwnedPermit> {
         let p = self.try_acquire()?;
         std::mem::forget(p);
-        Some(OwnedPermit { sem: self })
+        Some(OwnedPermit { sem: self, proc: current_pid() })
     }
 
     /// As [`acquire`](Self::acquire), for a permit that owns its `Arc`.
     pub fn acquire_owned(self: Arc<Self>) -> OwnedPermit {
         std::mem::forget(self.acquire());
-        OwnedPermit { sem: self }
+        OwnedPermit { sem: self, proc: current_pid() }
     }
 
     /// As [`acquire_timeout`](Self::acquire_timeout), for a permit that owns its `Arc`.
     pub fn acquire_owned_timeout(self: Arc<Self>, timeout: Duration) -> Option<OwnedPermit> {
         std::mem::forget(self.acquire_timeout(timeout)?);
-        Some(OwnedPermit { sem: self })
+        Some(OwnedPermit { sem: self, proc: current_pid() })
     }
 
     /// Takes `n` permits if that many are available now, all or none. `None` for `n`
@@ -119,7 +129,7 @@ impl SharedSemaphore {
                 }
             }
         }
-        Some(ManyPermits { sem: self, n })
+        Some(ManyPermits { sem: self, n, proc: current_pid() })
     }
 
     /// Takes `n` permits, all or none, blocking until they are available (never holding

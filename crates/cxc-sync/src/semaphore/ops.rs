@@ -1,5 +1,6 @@
 //! Acquire, release and the RAII [`Permit`].
 
+use cxc_mmf::identity::current_pid;
 use std::time::{Duration, Instant};
 
 use super::handle::SharedSemaphore;
@@ -21,6 +22,9 @@ pub(crate) const RECLAIM_EVERY: Duration = Duration::from_millis(20);
 #[must_use = "dropping a permit releases it at once"]
 pub struct Permit<'a> {
     sem: &'a SharedSemaphore,
+    /// The process that acquired it: a copy in a forked child (another pid) is the
+    /// parent's permit, which the child neither releases nor disowns.
+    proc: u32,
 }
 
 impl<'a> Permit<'a> {
@@ -33,8 +37,11 @@ impl<'a> Permit<'a> {
     /// returned if this process dies) but counted as handed in the file; whoever it is
     /// handed to (e.g. another process) must call [`SharedSemaphore::release`] for it.
     pub fn disown(self) {
-        let sem = self.sem;
+        let (sem, proc) = (self.sem, self.proc);
         std::mem::forget(self);
+        if proc != current_pid() {
+            return;
+        }
         if let Some(h) = sem.holder() {
             if sem.raw().disown(h) {
                 sem.raw().bump(ctr::DISOWNED, 1);
@@ -47,7 +54,9 @@ impl Drop for Permit<'_> {
     fn drop(&mut self) {
         // Cannot fail for a permit acquired from this semaphore; a `false` here means
         // someone released more than they acquired, which `release` already refused.
-        let _ = self.sem.release();
+        if self.proc == current_pid() {
+            let _ = self.sem.release();
+        }
     }
 }
 
@@ -64,7 +73,7 @@ impl SharedSemaphore {
     #[inline]
     pub fn try_acquire(&self) -> Option<Permit<'_>> {
         let holder = self.holder();
-        self.raw().try_acquire(holder).then(|| Permit { sem: self })
+        self.raw().try_acquire(holder).then(|| Permit { sem: self, proc: current_pid() })
     }
 
     /// Takes a permit, blocking until one is available. While blocked, the caller
@@ -74,7 +83,7 @@ impl SharedSemaphore {
             return p;
         }
         while !self.acquire_slow(None) {}
-        Permit { sem: self }
+        Permit { sem: self, proc: current_pid() }
     }
 
     /// Takes a permit, blocking at most `timeout`; `None` if none became available.
@@ -84,7 +93,7 @@ impl SharedSemaphore {
         }
         // A timeout too large to add to `now` waits forever.
         let deadline = Instant::now().checked_add(timeout);
-        self.acquire_slow(deadline).then(|| Permit { sem: self })
+        self.acquire_slow(deadline).then(|| Permit { sem: self, proc: current_pid() })
     }
 
     /// Returns one permit (after `mem::forget` of a [`Permit`], or one handed to this
