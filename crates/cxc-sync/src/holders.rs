@@ -25,11 +25,12 @@ impl HolderCache {
         HolderCache(AtomicU64::new(0))
     }
 
-    /// The slot cached for process `pid`.
+    /// The slot cached for the process whose lineage token
+    /// ([`cxc_mmf::identity::current_proc`]) is `proc`.
     #[inline]
-    pub(crate) fn get(&self, pid: u32) -> Option<usize> {
+    pub(crate) fn get(&self, proc: u32) -> Option<usize> {
         let cached = self.0.load(Ordering::Acquire);
-        ((cached >> 32) as u32 == pid && cached as u32 != 0).then(|| cached as u32 as usize - 1)
+        ((cached >> 32) as u32 == proc && cached as u32 != 0).then(|| cached as u32 as usize - 1)
     }
 
     /// This process's slot, registering it with `register` (serialised within the
@@ -40,14 +41,15 @@ impl HolderCache {
         register: impl FnOnce(&Identity) -> Result<usize, E>,
     ) -> Result<usize, E> {
         let me = Identity::current();
+        let proc = cxc_mmf::identity::current_proc();
         let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = self.get(me.pid) {
+        if let Some(slot) = self.get(proc) {
             return Ok(slot);
         }
         let slot = register(&me)?;
         // SYNC: holder cache (Release; pairs with the Acquire in `get`).
         self.0.store(
-            (u64::from(me.pid) << 32) | (slot as u64 + 1),
+            (u64::from(proc) << 32) | (slot as u64 + 1),
             Ordering::Release,
         );
         Ok(slot)
@@ -109,7 +111,18 @@ pub(crate) fn pid_namespace() -> u64 {
 /// file's creator (`file_ns`), so neither can check the other's pids; a namespace
 /// unknown on either side is not a mismatch.
 pub(crate) fn check_namespace(file_ns: u64) -> Result<(), (u64, u64)> {
-    let mine = pid_namespace();
+    check_namespace_of(file_ns, pid_namespace())
+}
+
+/// Whether this process (its cached identity) is in another pid namespace than the
+/// file's creator (`file_ns`): a handle opened in the file's namespace and carried into
+/// another by `unshare` + `fork` must not judge the file's holders (their pids name
+/// nothing, or other processes, here), nor register.
+pub(crate) fn foreign_namespace(file_ns: u64) -> bool {
+    check_namespace_of(file_ns, Identity::current().pidns).is_err()
+}
+
+fn check_namespace_of(file_ns: u64, mine: u64) -> Result<(), (u64, u64)> {
     if file_ns != 0 && mine != 0 && file_ns != mine {
         return Err((file_ns, mine));
     }

@@ -15,8 +15,8 @@
 pub use cxc_mmf::identity;
 pub use cxc_mmf::identity::{
     FALLBACK_BIT, Identity, Liveness, PidLookup, PidWatch as IdentityWatch, ProcStatus, boot,
-    current_pid, fallback_active, force_fallback, liveness, lookup_pid, proc_group_alive,
-    proc_status, self_start_time,
+    current_pid, current_proc, fallback_active, force_fallback, liveness, lookup_pid,
+    proc_group_alive, proc_status, self_start_time,
 };
 
 /// A process named by pid and start time (clock ticks since boot; 0 = unknown).

@@ -130,7 +130,7 @@ fn lease_opts() -> LeaseOptions {
     }
 }
 
-// FAILS on main: the grandchild with the dead holder's pid is taken for it through the
+// Found (fixed since): the grandchild with the dead holder's pid is taken for it through the
 // inherited handle's cache (keyed by pid alone): am_i_owner, write_as_owner and release
 // all succeed, and its 666 is published under the dead holder's claim.
 /// owner-lease.md, Identity: "PID reuse: with pidfs, a new process with a dead holder's
@@ -217,7 +217,7 @@ fn sem_heir_holder() {
     })
 }
 
-// FAILS on main: the grandchild uses the dead holder's holder slot (the handle's slot
+// Found (fixed since): the grandchild uses the dead holder's holder slot (the handle's slot
 // cache is keyed by pid alone): its release() returns the dead holder's permit, its
 // try_acquire is booked to the dead holder, and reclaim_dead then takes that permit back
 // while the grandchild holds it (2 in use, max 1).
@@ -235,7 +235,7 @@ fn sem_heir_with_a_dead_holders_pid_neither_releases_nor_shares_its_slot() {
     );
 }
 
-// FAILS on main: as the pidfs variant (the slot cache does not depend on the identity
+// Found (fixed since): as the pidfs variant (the slot cache does not depend on the identity
 // form).
 /// As above, on the fallback identity path (pid + start time), reused well past the
 /// same-tick window: shared-semaphore.md "On the fallback path (no pidfs), a pid reused
@@ -254,7 +254,7 @@ fn rw_opts() -> RwLockOptions {
     RwLockOptions::default().grace(Duration::from_secs(20))
 }
 
-// FAILS on main: the grandchild's copy of the dead writer's guard is current there
+// Found (fixed since): the grandchild's copy of the dead writer's guard is current there
 // (guards check the pid alone): it publishes 666 under the dead writer's lock and
 // unlocks it.
 /// shared-rwlock.md, Pitfalls: "Guards copied into a forked child hold nothing there
@@ -301,7 +301,7 @@ fn rwlock_heir_with_a_dead_writers_pid_cannot_use_its_write_guard() {
     );
 }
 
-// FAILS on main: the grandchild's read hold is counted in the dead reader's holder slot
+// Found (fixed since): the grandchild's read hold is counted in the dead reader's holder slot
 // (slot cache keyed by pid alone); a writer reclaims that slot as dead and gets the
 // write lock while the grandchild still reads.
 /// shared-rwlock.md: "There are no untracked readers: a read hold is always counted in
@@ -340,7 +340,7 @@ fn rwlock_heir_with_a_dead_readers_pid_keeps_its_own_read_hold() {
     );
 }
 
-// FAILS on main: the grandchild acts for the dead worker's slot through the handle it
+// Found (fixed since): the grandchild acts for the dead worker's slot through the handle it
 // inherited (the handle remembers its registrations by pid alone): beat, marks, clears
 // and unregisters succeed and the dead worker's unit is lost.
 /// heartbeat.md: "Pid reuse: a new process that got a dead worker's pid has another
@@ -411,7 +411,7 @@ fn heartbeat_heir_with_a_dead_workers_pid_cannot_act_for_its_slot() {
     );
 }
 
-// FAILS on main: the grandchild's copy of the dead leader's Leadership is current and
+// Found (fixed since): the grandchild's copy of the dead leader's Leadership is current and
 // renews (pid compared alone), so the dead leader's term goes on in a process that never
 // campaigned.
 /// leader-election.md: "A leader whose process dies is replaced at once (the OS proves it
@@ -524,7 +524,7 @@ fn hop_test<H>(
 
 const SEM_HOP: &str = "sem_handle_carried_into_another_pid_namespace_never_reclaims_live_holders";
 
-// FAILS on main: the child in the new namespace (never refused: it did not `open`)
+// Found (fixed since): the child in the new namespace (never refused: it did not `open`)
 // judges the live holder of the parent namespace dead (its pid names no process there),
 // reclaims its permit and takes it: 2 permits in use with max_permits 1.
 /// shared-semaphore.md, Pid namespaces: "A process of another pid namespace is refused
@@ -568,7 +568,7 @@ fn sem_handle_carried_into_another_pid_namespace_never_reclaims_live_holders() {
 
 const RW_HOP: &str = "rwlock_handle_carried_into_another_pid_namespace_never_evicts_live_readers";
 
-// FAILS on main: the writer in the new namespace reclaims the parent namespace's live
+// Found (fixed since): the writer in the new namespace reclaims the parent namespace's live
 // reader as dead (its pid names no process there) and gets the write lock while it reads.
 /// shared-rwlock.md: "a process in another pid namespace than `params[2]` gets
 /// `RwLockError::ForeignPidNamespace`"; reclaim only of "a slot whose owner process is

@@ -37,6 +37,8 @@ struct Cache {
     start: AtomicU64,
     ino: AtomicU64,
     proc_ours: AtomicU64,
+    /// 0 = not yet taken; else this process's lineage token (see [`proc_token`]).
+    proc: AtomicU64,
 }
 
 impl Cache {
@@ -47,6 +49,7 @@ impl Cache {
             start: AtomicU64::new(0),
             ino: AtomicU64::new(0),
             proc_ours: AtomicU64::new(0),
+            proc: AtomicU64::new(0),
         }
     }
 
@@ -140,6 +143,64 @@ pub(super) fn pid() -> u32 {
         }
     }
     facts_slow().pid
+}
+
+/// The largest lineage token taken in this memory image: plain memory, so a child made
+/// by `fork` inherits it (while its wipe-on-fork page starts at zero) and takes a larger
+/// token than every process whose memory it copies.
+static LINEAGE: AtomicU32 = AtomicU32::new(0);
+
+/// This process's lineage token: one load of a static once warm.
+///
+/// Unlike the pid, it differs between a process and every process that holds a copy of
+/// its memory made by `fork` (a child, a grandchild, ...), also when one of those gets
+/// the same pid back (pid reuse): a child's token is larger than every token in the
+/// memory it inherited. Handles key the per-process state they keep in their own memory
+/// (caches, guards) by it. Unrelated processes may share a token; they share no memory.
+///
+/// Without a wipe-on-fork page (not Linux, kernel < 4.14) it is the pid (correct for
+/// `fork`, not for a descendant that gets an ancestor's pid back).
+#[inline]
+pub(super) fn proc_token() -> u32 {
+    let t = WIPE.cache.proc.load(Ordering::Acquire);
+    if t != 0 {
+        return t as u32;
+    }
+    let p = PAGE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: as in `facts`.
+        let t = unsafe { &*p }.proc.load(Ordering::Acquire);
+        if t != 0 {
+            return t as u32;
+        }
+    }
+    proc_token_slow()
+}
+
+#[cold]
+fn proc_token_slow() -> u32 {
+    let Some(cache) = page() else {
+        return facts_slow().pid;
+    };
+    loop {
+        let t = cache.proc.load(Ordering::Acquire);
+        if t != 0 {
+            return t as u32;
+        }
+        // One token per process, whichever thread takes it first.
+        let candidate = match LINEAGE.load(Ordering::SeqCst).wrapping_add(1) {
+            0 => 1,
+            c => c,
+        };
+        if cache
+            .proc
+            .compare_exchange(0, u64::from(candidate), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            LINEAGE.fetch_max(candidate, Ordering::SeqCst);
+            return candidate;
+        }
+    }
 }
 
 #[cold]
@@ -258,6 +319,14 @@ fn unmap_page(_p: *mut Cache) {}
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lineage_token_is_stable_and_nonzero() {
+        let t = proc_token();
+        assert_ne!(t, 0);
+        assert_eq!(proc_token(), t);
+        assert!(LINEAGE.load(Ordering::SeqCst) >= t || page().is_none());
+    }
 
     #[test]
     fn warm_pid_comes_from_the_static_wipe_on_fork_page() {

@@ -343,6 +343,16 @@ pub fn current_pid() -> u32 {
     cache::pid()
 }
 
+/// A token for this process that no process holding a `fork` copy of its memory shares,
+/// even one that got the same pid back (a grandchild in a pid namespace, say): the key
+/// for per-process state a handle keeps in its own memory (caches, guards, registrations).
+/// Cached in the wipe-on-fork page, one load once warm; never 0. Processes that share no
+/// memory may have equal tokens. On systems without `MADV_WIPEONFORK` it is the pid.
+#[inline]
+pub fn current_proc() -> u32 {
+    cache::proc_token()
+}
+
 /// This process's start time in clock ticks since boot (0 if unknown), cached; the
 /// creator field of file headers records it.
 #[inline]

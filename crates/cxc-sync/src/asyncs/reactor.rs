@@ -161,7 +161,7 @@ pub(crate) fn running() -> Option<&'static Reactor> {
     // SAFETY: a non-null `REACTOR` points to a leaked `Reactor` (never freed), also in a
     // forked child (the memory is copied).
     let r = unsafe { p.as_ref() }?;
-    (r.pid == cxc_mmf::identity::current_pid()).then_some(r)
+    (r.pid == cxc_mmf::identity::current_proc()).then_some(r)
 }
 
 /// The process's reactor, started on first use (and again in a child made by `fork`,
@@ -175,7 +175,7 @@ pub(crate) fn reactor() -> &'static Reactor {
 
 #[cold]
 fn start() -> &'static Reactor {
-    let me = cxc_mmf::identity::current_pid();
+    let me = cxc_mmf::identity::current_proc();
     loop {
         let old = REACTOR.load(Ordering::Acquire);
         // SAFETY: as in `running`.

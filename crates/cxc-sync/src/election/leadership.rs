@@ -154,7 +154,7 @@ impl<B: ElectionBackend> Leadership<B> {
             shared,
             subscribers,
             renewer: None,
-            proc: cxc_mmf::identity::current_pid(),
+            proc: cxc_mmf::identity::current_proc(),
         };
         if background {
             let core = l.core();
@@ -299,7 +299,7 @@ impl<B: ElectionBackend> Leadership<B> {
 
     /// Whether this is a forked child's copy of the term.
     fn forked(&self) -> bool {
-        self.proc != cxc_mmf::identity::current_pid()
+        self.proc != cxc_mmf::identity::current_proc()
     }
 
     fn signal_renewer(&self) {

@@ -269,7 +269,7 @@ impl ElectionBackend for MmapElection {
     fn is_current(&self, term: &LeaseClaim) -> Result<bool, MmapElectionError> {
         // A term is this process's only in the process that won it: a forked child's
         // copy of a `Leadership` is not the leader (as `renew` says there too).
-        Ok(term.proc == cxc_mmf::identity::current_pid() && self.lease.is_current(term))
+        Ok(term.proc == cxc_mmf::identity::current_proc() && self.lease.is_current(term))
     }
 
     fn resign(&self, term: &LeaseClaim) -> Result<bool, MmapElectionError> {

@@ -69,7 +69,8 @@ pub struct HeartbeatTable {
     map: Mapped<HeartbeatHead, HeartbeatSlot>,
     clock: EpochClock,
     /// Owner words of the registrations made through this handle (0: none), per slot.
-    /// Valid only in the process `mine_pid` (a child made by `fork` starts afresh).
+    /// Valid only in the process whose lineage token (`current_proc`) is `mine_pid` (a
+    /// child made by `fork` starts afresh).
     mine: Box<[LocalU64]>,
     /// The process that made the registrations in `mine`.
     mine_pid: std::sync::atomic::AtomicU32,
@@ -237,7 +238,7 @@ impl HeartbeatTable {
             map,
             clock: EpochClock::new(epoch),
             mine,
-            mine_pid: std::sync::atomic::AtomicU32::new(liveness::current_pid()),
+            mine_pid: std::sync::atomic::AtomicU32::new(liveness::current_proc()),
             observed: cxc_sidecar::Observed::new(),
         }
     }
@@ -307,13 +308,15 @@ impl HeartbeatTable {
             return Err(HeartbeatError::InvalidPid);
         }
         let me = liveness::current_pid();
-        if self.mine_pid.load(std::sync::atomic::Ordering::Relaxed) != me {
-            // A child made by `fork`: the registrations of the parent are not ours.
+        let proc = liveness::current_proc();
+        if self.mine_pid.load(std::sync::atomic::Ordering::Relaxed) != proc {
+            // A child made by `fork` (or its descendant, even with this pid again): the
+            // registrations of the parent are not ours.
             for m in self.mine.iter() {
                 m.store(0, Ordering::Relaxed);
             }
             self.mine_pid
-                .store(me, std::sync::atomic::Ordering::Relaxed);
+                .store(proc, std::sync::atomic::Ordering::Relaxed);
         }
         let identity = if pid == me {
             Identity::current()
@@ -436,7 +439,7 @@ impl HeartbeatTable {
             Some(0) => self.adopt(slot),
             Some(w)
                 if self.mine_pid.load(std::sync::atomic::Ordering::Relaxed)
-                    == liveness::current_pid() =>
+                    == liveness::current_proc() =>
             {
                 w
             }

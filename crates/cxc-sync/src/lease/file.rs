@@ -25,7 +25,7 @@ use crate::primitive::Ordering;
 /// This process's pid (cached; a forked child's is its own).
 #[inline]
 pub(super) fn my_proc() -> u32 {
-    cxc_mmf::identity::current_pid()
+    cxc_mmf::identity::current_proc()
 }
 
 /// The pid word (a pid, and the guard flag) as kept in the handle's cache.
@@ -114,7 +114,7 @@ impl<T> Drop for OwnerLease<T> {
         #[cfg(all(feature = "async", not(cxc_loom)))]
         crate::asyncs::forget_words(&[std::ptr::from_ref(&self.map.head().wake) as usize]);
         let (by, pinned) = *self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
-        if pinned == 0 || by != cxc_mmf::identity::current_pid() {
+        if pinned == 0 || by != cxc_mmf::identity::current_proc() {
             return;
         }
         let me = Identity::current();
@@ -309,7 +309,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// `holder` for `pid` (one load of the entry, one of the process's cached pid).
     #[inline(always)]
     pub(super) fn cache_hit(&self, pid: u32, holder: u8) -> bool {
-        let me = u64::from(cxc_mmf::identity::current_pid());
+        let me = u64::from(cxc_mmf::identity::current_proc());
         let want = me << 41 | u64::from(pid) << 8 | u64::from(holder);
         self.cache[0].load(std::sync::atomic::Ordering::Acquire) == want
     }
@@ -352,7 +352,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// As [`holder`](Self::holder) for a slot pid word (a pid, or a guard's slot).
     #[inline]
     pub(super) fn holder_as(&self, pid: u64, register: bool) -> Option<u8> {
-        self.holder_as_in(cxc_mmf::identity::current_pid(), pid, register)
+        self.holder_as_in(cxc_mmf::identity::current_proc(), pid, register)
     }
 
     /// [`holder_as`](Self::holder_as) for a caller that already has this process's pid,
@@ -387,22 +387,23 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         };
         // Pin the slot for this handle's lifetime, so this process never frees a slot a
         // handle may still use (a forked child's pins are its parent's: start afresh).
+        let proc = cxc_mmf::identity::current_proc();
         let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
-        if pinned.0 != me.pid {
-            *pinned = (me.pid, 0);
+        if pinned.0 != proc {
+            *pinned = (proc, 0);
         }
         let bit = 1u64 << (h - 1);
         if pinned.1 & bit == 0 {
             st.pin(h);
             pinned.1 |= bit;
         }
-        if u64::from(me.pid) < 1 << 23 {
-            let entry = u64::from(me.pid) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h);
+        if u64::from(proc) < 1 << 23 {
+            let entry = u64::from(proc) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h);
             // The first free or stale entry, else the last (the first entries stay hot).
             let i = self
                 .cache
                 .iter()
-                .position(|e| e.load(O::Acquire) >> 41 != u64::from(me.pid))
+                .position(|e| e.load(O::Acquire) >> 41 != u64::from(proc))
                 .unwrap_or(self.cache.len() - 1);
             self.cache[i].store(entry, O::Release);
         }

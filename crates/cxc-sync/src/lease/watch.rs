@@ -173,7 +173,7 @@ pub(crate) struct Watch {
 impl Default for Watch {
     fn default() -> Self {
         Watch {
-            pid: cxc_mmf::identity::current_pid(),
+            pid: cxc_mmf::identity::current_proc(),
             threads: Mutex::default(),
         }
     }
@@ -191,7 +191,7 @@ impl Watch {
     /// (stopping one that watches another process). `None` if there is none (the caller
     /// polls more often).
     pub(crate) fn cover(&self, state: &LeaseState, ident: Identity, start: bool) -> Option<Cover> {
-        if cxc_mmf::identity::current_pid() != self.pid {
+        if cxc_mmf::identity::current_proc() != self.pid {
             return None;
         }
         let mut g = self.threads.lock().unwrap_or_else(|e| e.into_inner());
@@ -235,7 +235,7 @@ impl Watch {
 
     /// Stops and joins every thread (the handle is dropping; they read its mapping).
     pub(crate) fn join_all(&mut self) {
-        let ours = cxc_mmf::identity::current_pid() == self.pid;
+        let ours = cxc_mmf::identity::current_proc() == self.pid;
         let g = self.threads.get_mut().unwrap_or_else(|e| e.into_inner());
         let threads: Vec<Thread> = g
             .current

@@ -10,7 +10,7 @@ use super::handle::SharedRwLock;
 use super::layout::ctr;
 use super::raw::WriteRefused;
 use super::word::{BufferFields, Word};
-use crate::liveness::current_pid;
+use crate::liveness::current_proc;
 use crate::payload::{from_words, to_words, words_of};
 
 /// A read lock of a [`SharedRwLock`]; dropping it unlocks.
@@ -35,7 +35,7 @@ impl<T> Drop for ReadGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
         // In a forked child the hold is the parent's, counted in the parent's slot.
-        if current_pid() == self.pid {
+        if current_proc() == self.pid {
             self.lock.raw().read_unlock(self.slot);
         }
     }
@@ -69,7 +69,7 @@ impl<T> WriteGuard<'_, T> {
     /// Whether this process took the lock (not a copy in a forked child).
     #[inline]
     fn ours(&self) -> bool {
-        current_pid() == self.pid
+        current_proc() == self.pid
     }
 }
 

@@ -257,13 +257,17 @@ impl<T> SharedRwLock<T> {
     /// [`holder`](Self::holder) and this process's pid (one pid lookup for both).
     #[inline]
     pub(super) fn holder_and_pid(&self) -> Option<(usize, u32)> {
-        let pid = crate::liveness::current_pid();
+        let pid = crate::liveness::current_proc();
         let slot = self.holder.get(pid).or_else(|| self.holder_slow().ok())?;
         Some((slot, pid))
     }
 
     #[cold]
     fn holder_slow(&self) -> Result<usize, RwLockError> {
+        // A handle carried into another pid namespace (`unshare` + `fork`) is refused as
+        // `open` refuses one opened there.
+        check_namespace(self.map.info().layout.params[2])
+            .map_err(|(expected, found)| RwLockError::ForeignPidNamespace { expected, found })?;
         self.holder.register(|me| {
             let slots = self.map.slots();
             let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(me));
@@ -307,6 +311,9 @@ impl<T> SharedRwLock<T> {
     /// frees quarantined buffers of dead writers. Blocked callers do this themselves.
     /// Returns the number of slots reclaimed.
     pub fn reclaim_dead(&self) -> u32 {
+        if self.foreign() {
+            return 0;
+        }
         let raw = self.raw();
         let me = Identity::current();
         let my_tag = identity_tag(&me);
@@ -345,8 +352,17 @@ impl<T> SharedRwLock<T> {
         let Some(slot) = self.map.slots().get(s) else {
             return false;
         };
+        if self.foreign() {
+            return false;
+        }
         let (state, pid, tag) = owner_parts(slot.owner.load(Ordering::Acquire));
         state != STATE_ACTIVE || is_dead(pid, tag)
+    }
+
+    /// Whether this process is in another pid namespace than the file's creator (a
+    /// handle carried there by `unshare` + `fork`): then no holder is judged dead.
+    fn foreign(&self) -> bool {
+        crate::holders::foreign_namespace(self.map.info().layout.params[2])
     }
 
     /// The grace period (stored in the file).

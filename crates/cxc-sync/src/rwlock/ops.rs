@@ -11,7 +11,7 @@ use super::handle::SharedRwLock;
 use super::layout::ctr;
 use super::wait::{CHECK_EVERY, Spin, Watch, sleep_until, until_some, wait_flags};
 use super::word::Word;
-use crate::liveness::current_pid;
+use crate::liveness::current_proc;
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     /// Records a wait (read or write) that missed its first try.
@@ -152,7 +152,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
     }
 
     pub(super) fn write_guard(&self, claim: Word) -> WriteGuard<'_, T> {
-        self.guard_of(claim, current_pid())
+        self.guard_of(claim, current_proc())
     }
 
     /// The guard of `claim`, taken by process `pid` (one pid lookup per write lock on the

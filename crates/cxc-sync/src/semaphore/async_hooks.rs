@@ -16,7 +16,7 @@ impl SharedSemaphore {
 
     /// Whether this process has its holder slot (without registering).
     pub(crate) fn has_slot(&self) -> bool {
-        self.holder.get(crate::liveness::current_pid()).is_some()
+        self.holder.get(crate::liveness::current_proc()).is_some()
     }
 
     /// Tries to get this process's holder slot now (a forked child that found the table

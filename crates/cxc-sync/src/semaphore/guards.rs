@@ -9,7 +9,7 @@
 //! under way; the count never exceeds `max_permits`, and a holder that dies in between is
 //! reclaimed like any other (every permit is tracked by this process's holder slot).
 
-use cxc_mmf::identity::current_pid;
+use cxc_mmf::identity::current_proc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ impl OwnedPermit {
 
 impl Drop for OwnedPermit {
     fn drop(&mut self) {
-        if self.proc == current_pid() {
+        if self.proc == current_proc() {
             let _ = self.sem.release();
         }
     }
@@ -70,7 +70,7 @@ impl ManyPermits<'_> {
 
 impl Drop for ManyPermits<'_> {
     fn drop(&mut self) {
-        if self.proc != current_pid() {
+        if self.proc != current_proc() {
             return;
         }
         for _ in 0..self.n {
@@ -93,19 +93,19 @@ impl SharedSemaphore {
     pub fn try_acquire_owned(self: Arc<Self>) -> Option<OwnedPermit> {
         let p = self.try_acquire()?;
         std::mem::forget(p);
-        Some(OwnedPermit { sem: self, proc: current_pid() })
+        Some(OwnedPermit { sem: self, proc: current_proc() })
     }
 
     /// As [`acquire`](Self::acquire), for a permit that owns its `Arc`.
     pub fn acquire_owned(self: Arc<Self>) -> OwnedPermit {
         std::mem::forget(self.acquire());
-        OwnedPermit { sem: self, proc: current_pid() }
+        OwnedPermit { sem: self, proc: current_proc() }
     }
 
     /// As [`acquire_timeout`](Self::acquire_timeout), for a permit that owns its `Arc`.
     pub fn acquire_owned_timeout(self: Arc<Self>, timeout: Duration) -> Option<OwnedPermit> {
         std::mem::forget(self.acquire_timeout(timeout)?);
-        Some(OwnedPermit { sem: self, proc: current_pid() })
+        Some(OwnedPermit { sem: self, proc: current_proc() })
     }
 
     /// Takes `n` permits if that many are available now, all or none. `None` for `n`
@@ -129,7 +129,7 @@ impl SharedSemaphore {
                 }
             }
         }
-        Some(ManyPermits { sem: self, n, proc: current_pid() })
+        Some(ManyPermits { sem: self, n, proc: current_proc() })
     }
 
     /// Takes `n` permits, all or none, blocking until they are available (never holding

@@ -22,7 +22,7 @@ impl SharedSemaphore {
     #[inline]
     pub(super) fn holder(&self) -> Option<usize> {
         self.holder
-            .get(liveness::current_pid())
+            .get(liveness::current_proc())
             .or_else(|| self.holder_slow().ok())
     }
 
@@ -38,6 +38,9 @@ impl SharedSemaphore {
 
     #[cold]
     pub(super) fn holder_slow(&self) -> Result<usize, SemaphoreError> {
+        // A handle carried into another pid namespace (`unshare` + `fork`) is refused as
+        // `open` refuses one opened there.
+        super::error::check_namespace(self.map.info().layout.params[2])?;
         self.holder.register(|me| {
             let raw = self.raw();
             let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(me));
@@ -75,6 +78,10 @@ impl SharedSemaphore {
     /// The reclaim scan; `only_holding` skips dead holders that hold nothing (the
     /// blocked-acquirer variant, which only wants permits back).
     pub(super) fn reclaim_scan(&self, only_holding: bool) -> u32 {
+        if crate::holders::foreign_namespace(self.map.info().layout.params[2]) {
+            // From another pid namespace no holder can be judged (see `holder_slow`).
+            return 0;
+        }
         let raw = self.raw();
         raw.bump(ctr::RECLAIM_SCANS, 1);
         let me = Identity::current();

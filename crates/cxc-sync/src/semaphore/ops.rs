@@ -1,6 +1,6 @@
 //! Acquire, release and the RAII [`Permit`].
 
-use cxc_mmf::identity::current_pid;
+use cxc_mmf::identity::current_proc;
 use std::time::{Duration, Instant};
 
 use super::handle::SharedSemaphore;
@@ -39,7 +39,7 @@ impl<'a> Permit<'a> {
     pub fn disown(self) {
         let (sem, proc) = (self.sem, self.proc);
         std::mem::forget(self);
-        if proc != current_pid() {
+        if proc != current_proc() {
             return;
         }
         if let Some(h) = sem.holder() {
@@ -54,7 +54,7 @@ impl Drop for Permit<'_> {
     fn drop(&mut self) {
         // Cannot fail for a permit acquired from this semaphore; a `false` here means
         // someone released more than they acquired, which `release` already refused.
-        if self.proc == current_pid() {
+        if self.proc == current_proc() {
             let _ = self.sem.release();
         }
     }
@@ -73,7 +73,7 @@ impl SharedSemaphore {
     #[inline]
     pub fn try_acquire(&self) -> Option<Permit<'_>> {
         let holder = self.holder();
-        self.raw().try_acquire(holder).then(|| Permit { sem: self, proc: current_pid() })
+        self.raw().try_acquire(holder).then(|| Permit { sem: self, proc: current_proc() })
     }
 
     /// Takes a permit, blocking until one is available. While blocked, the caller
@@ -83,7 +83,7 @@ impl SharedSemaphore {
             return p;
         }
         while !self.acquire_slow(None) {}
-        Permit { sem: self, proc: current_pid() }
+        Permit { sem: self, proc: current_proc() }
     }
 
     /// Takes a permit, blocking at most `timeout`; `None` if none became available.
@@ -93,7 +93,7 @@ impl SharedSemaphore {
         }
         // A timeout too large to add to `now` waits forever.
         let deadline = Instant::now().checked_add(timeout);
-        self.acquire_slow(deadline).then(|| Permit { sem: self, proc: current_pid() })
+        self.acquire_slow(deadline).then(|| Permit { sem: self, proc: current_proc() })
     }
 
     /// Returns one permit (after `mem::forget` of a [`Permit`], or one handed to this

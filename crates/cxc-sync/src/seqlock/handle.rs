@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use cxc_mmf::identity::{Identity, current_pid};
+use cxc_mmf::identity::{Identity, current_proc};
 use cxc_mmf::{Mapped, MmfError};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -162,7 +162,7 @@ impl<T> std::fmt::Debug for SeqLock<T> {
 
 impl<T> Drop for SeqLock<T> {
     fn drop(&mut self) {
-        let me = current_pid();
+        let me = current_proc();
         for slot in self.lanes.iter().filter_map(|l| l.slot_of(me)) {
             self.state().release_slot(slot);
         }

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use cxc_mmf::identity::{Identity, Liveness, current_pid, liveness};
+use cxc_mmf::identity::{Identity, Liveness, current_proc, liveness};
 
 use super::state::{SeqState, Verdict};
 
@@ -107,7 +107,7 @@ impl Lane {
     #[inline(always)]
     pub(crate) fn slot(&self) -> Option<usize> {
         let l = self.slot.load(Ordering::Relaxed);
-        (l != 0 && (l >> 32) as u32 == current_pid()).then(|| (l as u32 - 1) as usize)
+        (l != 0 && (l >> 32) as u32 == current_proc()).then(|| (l as u32 - 1) as usize)
     }
 
     /// The slot bound to this lane by process `pid`, if any (for the handle's drop).
@@ -121,7 +121,7 @@ impl Lane {
     pub(crate) fn bind(&self, slot: usize) {
         self.seen.store(0, Ordering::Relaxed);
         self.slot.store(
-            u64::from(current_pid()) << 32 | (slot as u64 + 1),
+            u64::from(current_proc()) << 32 | (slot as u64 + 1),
             Ordering::Relaxed,
         );
     }
