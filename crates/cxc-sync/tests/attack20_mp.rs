@@ -656,7 +656,7 @@ const RW_SLOTLESS: &str = "rwlock_forked_child_without_a_holder_slot_waits_aslee
 /// forker's forked child has no slot; its `read_timeout(500 ms)` and `write_timeout(500
 /// ms)` must return `None` (no untracked hold) having waited asleep: at most 150 ms of
 /// CPU for each 500 ms wait.
-// FAILS on main: the slotless child busy-loops (reader_park/writer_park see no writer and return None, so the wait `continue`s without sleeping): 440-450 ms of CPU per 500 ms wait (3/3 runs)
+// Found (fixed since): the slotless child busy-loops (reader_park/writer_park see no writer and return None, so the wait `continue`s without sleeping): 440-450 ms of CPU per 500 ms wait (3/3 runs)
 #[test]
 fn rwlock_forked_child_without_a_holder_slot_waits_asleep_not_spinning() {
     fn role_forker() {
@@ -958,7 +958,7 @@ mod asyncs {
     /// has no slot; its `read_async` and `write_async` futures, each driven for 500 ms,
     /// must not complete (no untracked hold), and must stay idle: at most 100 wake-ups
     /// (one per 5 ms) and 150 ms of CPU each.
-    // FAILS on main: the reactor's check sees no writer and wakes the slotless future at once; the poll finds no slot and re-arms, over and over: 1,800-4,400 wake-ups (bounded by this test's 200 µs poll loop) and 170-290 ms of CPU per 500 ms (3/3 runs)
+    // Found (fixed since): the reactor's check sees no writer and wakes the slotless future at once; the poll finds no slot and re-arms, over and over: 1,800-4,400 wake-ups (bounded by this test's 200 µs poll loop) and 170-290 ms of CPU per 500 ms (3/3 runs)
     #[test]
     fn rwlock_async_waiters_of_a_forked_child_without_a_holder_slot_stay_idle() {
         fn role_async_forker() {

@@ -46,9 +46,20 @@ fn writer_gone<T>(handle: usize, watch: &mut Watch) -> bool {
     // `handle` (the group's key is the address of a wake word inside its mapping), and
     // the reactor calls checks only while the group has waiters (`asyncs/reactor.rs`).
     let lock = unsafe { &*(handle as *const SharedRwLock<T>) };
+    let now = Instant::now();
+    if !lock.has_slot() {
+        // Without a holder slot (a forked child that found the table full) nothing can be
+        // taken, writer or not: look for a slot with the periodic checks (which reclaim
+        // dead holders), as the blocking path does, instead of waking the waiter in a loop.
+        if !watch.due(now) {
+            return false;
+        }
+        let freed = watch.check(lock, now);
+        return lock.try_register() || (freed && lock.has_slot());
+    }
     // SYNC: park (RMW re-check; pairs with the CAS that clears WRITER).
     let w = Word(lock.raw().head.state.fetch_add(0, Ordering::SeqCst));
-    w.writer().is_none() || watch.check(lock, Instant::now())
+    w.writer().is_none() || watch.check(lock, now)
 }
 
 /// The draining writer's check: its claim is gone, or every read count is 0 (RMW

@@ -359,6 +359,17 @@ impl<T> SharedRwLock<T> {
         state != STATE_ACTIVE || is_dead(pid, tag)
     }
 
+    /// Whether this process has its holder slot (without registering).
+    pub(crate) fn has_slot(&self) -> bool {
+        self.holder.get(crate::liveness::current_proc()).is_some()
+    }
+
+    /// Tries to get this process's holder slot now (a forked child that found the table
+    /// full); whether it has one.
+    pub(crate) fn try_register(&self) -> bool {
+        self.holder_slow().is_ok()
+    }
+
     /// Whether this process is in another pid namespace than the file's creator (a
     /// handle carried there by `unshare` + `fork`): then no holder is judged dead.
     fn foreign(&self) -> bool {

@@ -109,6 +109,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
                 (raw.reader_park(), &self.map.head().rwake)
             };
             let Some(seen) = seen else {
+                if !self.has_slot() {
+                    // No writer, but no holder slot either (a forked child that found the
+                    // table full): nothing can be taken until a slot frees, which the
+                    // periodic checks look for (the next attempt registers); sleep until
+                    // then instead of spinning.
+                    raw.bump(ctr::SLEEPS);
+                    parked = true;
+                    std::thread::sleep(watch.sleep_for(now, deadline));
+                }
                 continue;
             };
             raw.bump(ctr::SLEEPS);

@@ -30,6 +30,11 @@ impl Watch {
         }
     }
 
+    /// Whether the periodic checks are due.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
     /// Runs the periodic checks if due; `true` if something was freed (retry at once).
     pub(crate) fn check<T>(&mut self, lock: &SharedRwLock<T>, now: Instant) -> bool {
         if now < self.next {
