@@ -175,12 +175,11 @@ struct State {
     life: Arc<Life>,
     /// The background keep-alive task of `id`.
     keeper: Option<tokio::task::JoinHandle<()>>,
-    /// The most recent lease ids this session was granted (bounded), `id` included.
-    granted: std::collections::VecDeque<i64>,
+    /// Every lease id this session was granted, `id` included (8 bytes per grant; a
+    /// session is granted anew only after it was lost), for [`Session::owns`]: a claim
+    /// made on any of them that is no longer the live one stays lost for good.
+    granted: std::collections::HashSet<i64>,
 }
-
-/// How many past lease ids a session remembers for [`Session::owns`].
-const REMEMBERED: usize = 64;
 
 /// One handle's session.
 #[derive(Debug)]
@@ -188,6 +187,10 @@ pub(crate) struct Session {
     etcd: Etcd,
     background: bool,
     state: Mutex<State>,
+    /// Serialises grants. The state lock is never held across a request, so the loss
+    /// checks (`alive`, `lost`, `wait_lost`), which take it, never wait for a sibling
+    /// thread's grant.
+    granting: Mutex<()>,
 }
 
 impl Session {
@@ -201,8 +204,9 @@ impl Session {
                 id: NO_LEASE,
                 life: Arc::new(life),
                 keeper: None,
-                granted: std::collections::VecDeque::new(),
+                granted: std::collections::HashSet::new(),
             }),
+            granting: Mutex::new(()),
         }
     }
 
@@ -215,18 +219,28 @@ impl Session {
     /// # Errors
     /// If the grant fails.
     pub(crate) fn id(&self) -> Result<i64, EtcdError> {
-        let mut st = self.state();
-        if st.id != NO_LEASE && st.life.alive() {
-            return Ok(st.id);
+        {
+            let st = self.state();
+            if st.id != NO_LEASE && st.life.alive() {
+                return Ok(st.id);
+            }
         }
-        let old = std::mem::replace(&mut st.id, NO_LEASE);
-        st.life.mark_gone();
-        if let Some(k) = st.keeper.take() {
-            k.abort();
-        }
-        if old != NO_LEASE {
-            // Presumed lost: make sure it is (its keys must not outlive our belief).
-            self.revoke_in_background(old);
+        let _granting = self.granting.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut st = self.state();
+            if st.id != NO_LEASE && st.life.alive() {
+                // Another thread granted one while this one waited.
+                return Ok(st.id);
+            }
+            let old = std::mem::replace(&mut st.id, NO_LEASE);
+            st.life.mark_gone();
+            if let Some(k) = st.keeper.take() {
+                k.abort();
+            }
+            if old != NO_LEASE {
+                // Presumed lost: make sure it is (its keys must not outlive our belief).
+                self.revoke_in_background(old);
+            }
         }
         let ttl = self.etcd.options().checked_ttl_secs()?;
         let sent = Instant::now();
@@ -236,13 +250,11 @@ impl Session {
         })?;
         // The server may have raised the TTL to its minimum.
         let granted = Duration::from_secs(u64::try_from(resp.ttl()).unwrap_or(1).max(1));
+        let mut st = self.state();
         st.id = resp.id();
         st.life = Arc::new(Life::new(sent, granted));
-        if st.granted.len() == REMEMBERED {
-            st.granted.pop_front();
-        }
         let id = st.id;
-        st.granted.push_back(id);
+        st.granted.insert(id);
         if self.background {
             st.keeper = Some(self.etcd.spawn(keeper(
                 self.etcd.members().clone(),
@@ -310,7 +322,7 @@ impl Session {
         self.owns(id) && !self.alive(id)
     }
 
-    /// Whether lease `id` was granted to this session (one of its last 64 grants).
+    /// Whether lease `id` was granted to this session (any of its grants).
     pub(crate) fn owns(&self, id: i64) -> bool {
         id != NO_LEASE && self.state().granted.contains(&id)
     }

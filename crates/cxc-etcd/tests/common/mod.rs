@@ -10,10 +10,10 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use cxc_testkit::{Proc, RoleCommand, find_program, wait_until};
 /// One clock for every process on the machine (intervals recorded by different
 /// children are compared).
 pub use cxc_testkit::mono_ns;
+use cxc_testkit::{Proc, RoleCommand, find_program, wait_until};
 
 pub use etcd::{EtcdCluster, EtcdServer};
 

@@ -366,6 +366,7 @@ impl<T> SharedRwLock<T> {
 
     /// Tries to get this process's holder slot now (a forked child that found the table
     /// full); whether it has one.
+    #[cfg(feature = "async")]
     pub(crate) fn try_register(&self) -> bool {
         self.holder_slow().is_ok()
     }

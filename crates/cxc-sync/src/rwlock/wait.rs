@@ -31,6 +31,7 @@ impl Watch {
     }
 
     /// Whether the periodic checks are due.
+    #[cfg(feature = "async")]
     pub(crate) fn due(&self, now: Instant) -> bool {
         now >= self.next
     }
