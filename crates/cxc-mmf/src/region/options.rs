@@ -54,8 +54,7 @@ pub struct FileSpec {
     pub head_size: u32,
     /// The slot size this build uses (0: no slots).
     pub slot_size: u32,
-    /// Largest slot count accepted from a file. A semaphore, rwlock or heartbeat file also
-    /// needs at least one slot: one with none is refused.
+    /// Largest slot count accepted from a file.
     pub max_capacity: u64,
     /// Validates the primitive parameters; returns a [`MmfError::ParamMismatch`] on error.
     pub check_params: fn(&[u64; 4]) -> Result<(), MmfError>,
@@ -103,8 +102,8 @@ pub struct Expect<'a> {
     pub slot_size: u32,
     /// The exact slot count the caller expects, or `None` to take it from the file.
     pub capacity: Option<u64>,
-    /// Largest slot count accepted from a file. A kind with slots (`max_capacity > 0`)
-    /// also needs at least one: a file with none is refused.
+    /// Largest slot count accepted from a file. A semaphore, rwlock or heartbeat file also
+    /// needs at least one slot: one with none is refused.
     pub max_capacity: u64,
     /// The payload type.
     pub payload: TypeFingerprint,
