@@ -28,6 +28,12 @@ use super::table::HeartbeatTable;
 pub struct Registration<'a> {
     table: &'a HeartbeatTable,
     slot: usize,
+    /// The owner word of the registration it made (its slot may later hold another
+    /// registration, also of this process: the guard never acts for that one).
+    owner: u64,
+    /// The lineage token of the process that registered (a forked child's copy acts for
+    /// nothing).
+    proc: u32,
 }
 
 impl HeartbeatTable {
@@ -46,7 +52,12 @@ impl HeartbeatTable {
     /// As [`register`](Self::register).
     pub fn join_as(&self, pid: u32) -> Result<Registration<'_>, HeartbeatError> {
         let slot = self.register(pid)?;
-        Ok(Registration { table: self, slot })
+        Ok(Registration {
+            table: self,
+            slot,
+            owner: self.registered_owner(slot),
+            proc: crate::liveness::current_proc(),
+        })
     }
 }
 
@@ -62,7 +73,7 @@ impl Registration<'_> {
     /// [`HeartbeatError::Fenced`] if a watchdog declared this worker dead (its in-flight
     /// work was reclaimed): stop and register again.
     pub fn beat(&self) -> Result<(), HeartbeatError> {
-        self.fenced_unless(self.table.beat(self.slot))
+        self.fenced_unless(self.table.beat_owned(self.slot, self.owner()))
     }
 
     /// Marks work unit `bit` (0..64) in flight.
@@ -73,7 +84,7 @@ impl Registration<'_> {
         if bit >= 64 {
             return Err(HeartbeatError::BitOutOfRange { bit });
         }
-        self.fenced_unless(self.table.mark_in_flight(self.slot, bit))
+        self.fenced_unless(self.table.update_owned(self.slot, bit, true, self.owner()))
     }
 
     /// Clears work unit `bit` (done).
@@ -84,12 +95,22 @@ impl Registration<'_> {
         if bit >= 64 {
             return Err(HeartbeatError::BitOutOfRange { bit });
         }
-        self.fenced_unless(self.table.clear_in_flight(self.slot, bit))
+        self.fenced_unless(self.table.update_owned(self.slot, bit, false, self.owner()))
     }
 
     /// The in-flight bitmap of this registration; `None` once it was fenced or reused.
     pub fn in_flight(&self) -> Option<u64> {
-        self.table.own_in_flight(self.slot)
+        self.table.in_flight_owned(self.slot, self.owner())
+    }
+
+    /// The registration this guard acts for: its own, in the process that made it (0,
+    /// nothing, in a forked child).
+    fn owner(&self) -> u64 {
+        if self.proc == crate::liveness::current_proc() {
+            self.owner
+        } else {
+            0
+        }
     }
 
     fn fenced_unless(&self, ok: bool) -> Result<(), HeartbeatError> {
@@ -103,7 +124,7 @@ impl Registration<'_> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let _ = self.table.unregister(self.slot);
+        let _ = self.table.unregister_owned(self.slot, self.owner());
     }
 }
 

@@ -411,6 +411,71 @@ impl HeartbeatTable {
         ok
     }
 
+    /// The owner word of the registration this handle made at `slot` in this process (0
+    /// if none): what a [`Registration`](super::Registration) guard acts for.
+    pub(crate) fn registered_owner(&self, slot: usize) -> u64 {
+        if self.mine_pid.load(std::sync::atomic::Ordering::Relaxed) != liveness::current_proc() {
+            return 0;
+        }
+        self.mine.get(slot).map_or(0, |m| m.load(Ordering::Relaxed))
+    }
+
+    /// [`beat`](Self::beat) for the registration whose owner word is `owner` only.
+    pub(crate) fn beat_owned(&self, slot: usize, owner: u64) -> bool {
+        let Some(s) = self.slot_or_count(slot) else {
+            return false;
+        };
+        let ok = owner != 0 && s.beat(owner, self.global_epoch());
+        if !ok {
+            self.rejected(slot);
+        }
+        ok
+    }
+
+    /// [`mark_in_flight`](Self::mark_in_flight) / [`clear_in_flight`](Self::clear_in_flight)
+    /// for the registration whose owner word is `owner` only.
+    pub(crate) fn update_owned(&self, slot: usize, bit: u8, set: bool, owner: u64) -> bool {
+        if bit >= 64 {
+            self.bump(counter::OUT_OF_RANGE, 1);
+            return false;
+        }
+        let Some(s) = self.slot_or_count(slot) else {
+            return false;
+        };
+        let ok = owner != 0 && s.update_bit(owner, bit, set);
+        if !ok {
+            self.rejected(slot);
+        }
+        ok
+    }
+
+    /// [`unregister`](Self::unregister) for the registration whose owner word is `owner`
+    /// only (a later registration of the slot is left alone).
+    pub(crate) fn unregister_owned(&self, slot: usize, owner: u64) -> bool {
+        let Some(s) = self.slot_or_count(slot) else {
+            return false;
+        };
+        let ok = owner != 0 && s.release(owner);
+        if let Some(m) = self.mine.get(slot)
+            && owner != 0
+            && m.load(Ordering::Relaxed) == owner
+        {
+            m.store(0, Ordering::Relaxed);
+        }
+        if ok {
+            self.bump(counter::UNREGISTER, 1);
+            self.note(cxc_sidecar::OpCode::HeartbeatUnregister, 0, slot as u64);
+        }
+        ok
+    }
+
+    /// The in-flight bitmap of the registration whose owner word is `owner`, `None` if
+    /// it was fenced or replaced.
+    pub(crate) fn in_flight_owned(&self, slot: usize, owner: u64) -> Option<u64> {
+        let s = self.snapshot(slot)?;
+        (owner != 0 && s.owner_word() == Some(owner)).then_some(s.in_flight_bitmap)
+    }
+
     /// A consistent snapshot of `slot` (H1). `None` if `slot` is out of range, or (very
     /// rarely) if the slot changed owner on every one of a bounded number of re-reads.
     pub fn snapshot(&self, slot: usize) -> Option<HeartbeatSnapshot> {
@@ -419,15 +484,6 @@ impl HeartbeatTable {
             self.bump(counter::SNAPSHOT_GIVEUP, 1);
         }
         snap
-    }
-
-    /// The in-flight bitmap of the registration this handle acts for at `slot` (see
-    /// `expected`), `None` if it has none there or that registration was fenced or
-    /// replaced: never another registration's units.
-    pub(crate) fn own_in_flight(&self, slot: usize) -> Option<u64> {
-        let expected = self.expected(slot);
-        let s = self.snapshot(slot)?;
-        (expected != 0 && s.owner_word() == Some(expected)).then_some(s.in_flight_bitmap)
     }
 
     /// The registration this handle acts for at `slot`: the one it made (in this

@@ -79,19 +79,27 @@ trait Holds<T> {
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
-    /// The claimant a guard of this handle claims as; `proc` is this process's pid.
+    /// The claimant a guard of this handle claims as; `proc` is this process's lineage
+    /// token ([`my_proc`]).
     #[inline]
     fn guard_claimant(&self, proc: u32) -> Option<Claimant> {
-        let pid = match self.guard.pid {
-            0 => proc,
-            p => p,
-        };
+        let pid = self.guard_pid();
         let holder = self.holder_as_in(proc, pid_word(pid, true), true)?;
         Some(Claimant {
             holder,
             pid,
             private: true,
         })
+    }
+
+    /// The pid a guard's claim is made for (shown as the owner, and compared by the
+    /// lower-pid preemption rule): the builder's `pid`, else this process's.
+    #[inline]
+    fn guard_pid(&self) -> u32 {
+        match self.guard.pid {
+            0 => cxc_mmf::identity::current_pid(),
+            p => p,
+        }
     }
 
     /// The guard state of the claim `g`, made by this process (`proc`).
@@ -130,10 +138,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline(never)]
     fn lock_core_blocking(&self, timeout: Option<Duration>) -> Option<Core> {
         let proc = my_proc();
-        let pid = match self.guard.pid {
-            0 => proc,
-            p => p,
-        };
+        let pid = self.guard_pid();
         let started = Instant::now();
         let t = timeout.unwrap_or(Duration::MAX);
         let holder = self.holder_waiting(pid_word(pid, true), t)?;

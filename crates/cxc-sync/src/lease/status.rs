@@ -206,11 +206,17 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let cur = st.word();
         (!cur.is_vacant()).then(|| {
             let torn = st.torn.load(Ordering::Acquire) == cur.id();
-            // A guard's claim: an inert token (proc 0 is no process).
-            let proc = if cur.private() {
-                0
+            // A token acts only in the process that made the claim: this one if the
+            // claim's identity slot records this process (then its lineage token), else
+            // inert (token 0 is no process), as is a guard's claim.
+            let proc = if !cur.private()
+                && st
+                    .holder_identity(cur)
+                    .is_some_and(|id| id == cxc_mmf::identity::Identity::current())
+            {
+                super::file::my_proc()
             } else {
-                st.holder_identity(cur).map_or(0, |id| id.pid)
+                0
             };
             st.claim_for(cur.0, torn, proc)
         })
