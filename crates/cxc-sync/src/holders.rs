@@ -1,7 +1,6 @@
 //! The holder-table registration the semaphore and the rwlock share: a handle's cached
 //! slot (keyed by pid) and the find-or-claim step.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cxc_mmf::identity::{Identity, Liveness, PidLookup, liveness, lookup_pid};
@@ -12,7 +11,8 @@ use crate::semaphore::word::{
 
 /// Serialises registration within this process, so two handles of one file never claim
 /// two slots for the same process. Held only on the once-per-handle slow path.
-static REGISTRY: Mutex<()> = Mutex::new(());
+/// Serialises registration within this process; fork-safe (see `forklock.rs`).
+static REGISTRY: crate::forklock::ForkSafeLock = crate::forklock::ForkSafeLock::new();
 
 /// A handle's holder slot, cached: `(pid << 32) | (slot + 1)`, 0 = not yet looked up.
 /// Keyed by pid, so a child made by `fork` looks its own slot up.
@@ -42,7 +42,7 @@ impl HolderCache {
     ) -> Result<usize, E> {
         let me = Identity::current();
         let proc = cxc_mmf::identity::current_proc();
-        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = REGISTRY.lock();
         if let Some(slot) = self.get(proc) {
             return Ok(slot);
         }

@@ -97,7 +97,10 @@ pub struct OwnerLease<T> {
     pub(super) hot: AtomicU64,
     /// The process that pinned, and the identity slots it pinned (bit `holder - 1`),
     /// unpinned on drop (a forked child's copy pinned nothing).
-    pub(super) pinned: std::sync::Mutex<(u32, u64)>,
+    /// Changed only under [`REGISTRY`](super::ident::REGISTRY) (plain atomics, not a
+    /// mutex that a fork could leave locked).
+    pub(super) pinned_by: std::sync::atomic::AtomicU32,
+    pub(super) pinned: std::sync::atomic::AtomicU64,
     /// The death watcher of blocked `acquire`s (one thread, kept between waits; stopped
     /// and joined at the latest in `drop`, before the mapping it reads is unmapped).
     pub(super) watch: super::watch::Watch,
@@ -113,14 +116,12 @@ impl<T> Drop for OwnerLease<T> {
         self.watch.join_all();
         #[cfg(all(feature = "async", not(cxc_loom)))]
         crate::asyncs::forget_words(&[std::ptr::from_ref(&self.map.head().wake) as usize]);
-        let (by, pinned) = *self.pinned.get_mut().unwrap_or_else(|e| e.into_inner());
+        let (by, pinned) = (*self.pinned_by.get_mut(), *self.pinned.get_mut());
         if pinned == 0 || by != cxc_mmf::identity::current_proc() {
             return;
         }
         let me = Identity::current();
-        let _serial = super::ident::REGISTRY
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = super::ident::REGISTRY.lock();
         for i in 0..64u8 {
             if pinned & (1 << i) != 0 {
                 self.map.head().unpin(i + 1, &me);
@@ -280,7 +281,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             observed: cxc_sidecar::Observed::new(),
             cache: std::array::from_fn(|_| AtomicU64::new(0)),
             hot: AtomicU64::new(0),
-            pinned: std::sync::Mutex::new((0, 0)),
+            pinned_by: std::sync::atomic::AtomicU32::new(0),
+            pinned: std::sync::atomic::AtomicU64::new(0),
             watch: super::watch::Watch::default(),
             guard: GuardSettings::for_mode(epoch),
             _payload: PhantomData,
@@ -371,9 +373,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         use std::sync::atomic::Ordering as O;
         let me = Identity::current();
         let st = self.state();
-        let _serial = super::ident::REGISTRY
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = super::ident::REGISTRY.lock();
         let h = if register {
             match st.register(pid, &me) {
                 Some(h) => h,
@@ -388,14 +388,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // Pin the slot for this handle's lifetime, so this process never frees a slot a
         // handle may still use (a forked child's pins are its parent's: start afresh).
         let proc = cxc_mmf::identity::current_proc();
-        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
-        if pinned.0 != proc {
-            *pinned = (proc, 0);
+        if self.pinned_by.load(O::Relaxed) != proc {
+            self.pinned_by.store(proc, O::Relaxed);
+            self.pinned.store(0, O::Relaxed);
         }
         let bit = 1u64 << (h - 1);
-        if pinned.1 & bit == 0 {
+        if self.pinned.load(O::Relaxed) & bit == 0 {
             st.pin(h);
-            pinned.1 |= bit;
+            self.pinned.fetch_or(bit, O::Relaxed);
         }
         if u64::from(proc) < 1 << 23 {
             let entry = u64::from(proc) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h);

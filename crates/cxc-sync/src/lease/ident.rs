@@ -30,9 +30,10 @@ use super::word::{BUFS, Word};
 
 /// Serialises registration and unregistration within this process, so two handles of one
 /// file never register two slots for the same pid, and a slot is never freed while a
-/// handle of this process is about to use it. Held only on slow paths.
+/// handle of this process is about to use it. Held only on slow paths; fork-safe (a child
+/// never waits for a lock its parent's thread held at the fork).
 #[cfg(not(cxc_loom))]
-pub(crate) static REGISTRY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+pub(crate) static REGISTRY: crate::forklock::ForkSafeLock = crate::forklock::ForkSafeLock::new();
 
 impl LeaseState {
     /// The holder value (slot + 1) of the slot registered by `me` for `pid`, registering
