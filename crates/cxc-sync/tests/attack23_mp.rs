@@ -68,7 +68,7 @@ fn token_calls(lease: &OwnerLease<u64>, c: &cxc_sync::LeaseClaim, value: u64) ->
 
 const OWN_TOKEN: &str = "lease_current_claim_token_acts_in_the_process_that_made_the_claim";
 
-// FAILS on main: in the holder's own process the token from current_claim() names the
+// Found (fixed since): in the holder's own process the token from current_claim() names the
 // holder's pid, not its lineage token, so write_claimed/beat_claimed/release_claim refuse it
 // (3/3 runs).
 /// OwnerLease::current_claim (rustdoc): "The token it returns acts (`write_claimed`,
@@ -124,7 +124,7 @@ fn lease_current_claim_token_acts_in_the_process_that_made_the_claim() {
 const PID_IS_TOKEN: &str =
     "lease_current_claim_token_never_acts_in_a_process_whose_token_equals_the_holders_pid";
 
-// FAILS on main: current_claim() stamps the token with the holder's pid (1 in its
+// Found (fixed since): current_claim() stamps the token with the holder's pid (1 in its
 // namespace); an unrelated process whose lineage token is 1 writes 666 under the holder's
 // claim and releases it (3/3 runs; needs root).
 /// owner-lease.md, Identity: "A `LeaseClaim` token ..., or a token of another process's
@@ -243,7 +243,7 @@ fn check_old_guard(line: &str) {
 const HB_FORK_GUARD: &str =
     "hb_registration_guard_copied_by_fork_never_acts_for_the_childs_own_registration";
 
-// FAILS on main: the copy of the dead parent's guard acts for the child's registration of
+// Found (fixed since): the copy of the dead parent's guard acts for the child's registration of
 // the same slot: its beat is Ok, in_flight() shows the child's unit, its clear erases it,
 // and its drop unregisters the child (3/3 runs).
 /// heartbeat.md: "The handle remembers the owner word it registered per slot ..., so
@@ -325,7 +325,7 @@ fn hb_registration_guard_copied_by_fork_never_acts_for_the_childs_own_registrati
 const HB_REJOIN: &str =
     "hb_guard_of_a_fenced_registration_stays_fenced_after_its_process_joins_again";
 
-// FAILS on main: after the worker joins again (same slot), its old guard's beat is Ok,
+// Found (fixed since): after the worker joins again (same slot), its old guard's beat is Ok,
 // in_flight() shows the new unit, its clear erases it and its drop unregisters the new
 // registration (3/3 runs).
 /// heartbeat.md, Pitfalls: "A `false` from `beat`/`mark_in_flight`/`clear_in_flight` means
@@ -394,7 +394,7 @@ fn hb_guard_of_a_fenced_registration_stays_fenced_after_its_process_joins_again(
 
 const FORK_MT: &str = "lease_forked_child_of_a_multithreaded_process_never_hangs_in_try_acquire";
 
-// FAILS on main: a child forked while another thread of the parent was inside the
+// Found (fixed since): a child forked while another thread of the parent was inside the
 // process-wide identity-slot lock (a slot lookup or registration, a handle's drop)
 // inherits that lock held: its try_acquire waits forever in a futex (6/6 runs, within
 // the first 100 forks).
@@ -490,13 +490,105 @@ fn lease_forked_child_of_a_multithreaded_process_never_hangs_in_try_acquire() {
     );
 }
 
+const FORK_CELL: &str =
+    "cell_forked_child_of_a_multithreaded_process_never_hangs_in_its_first_store";
+
+// Found by reading, after the test above (fixed since): the writer-lane indices given
+// back by exited threads were a list under a process-wide mutex; a child forked while a
+// thread of its parent held it (a thread exiting, or a new thread taking its first lane)
+// would wait forever in its first `store`. The mutex was held for a few instructions, so
+// this test seldom hits that window (0 hangs in 3000 forks against the old code on our
+// machine): it guards the fix, it does not prove the bug.
+/// seqlock.md: "A write is one CAS through a per-thread writer slot and never waits for
+/// another writer"; shared-cell.md: any process may `store`. A process whose second thread
+/// keeps starting short-lived threads that each store once (each takes a lane and gives it
+/// back as it exits) forks children from a thread that never stored; each child stores
+/// through the handle it inherited (its first lane) and exits. Every child must be done
+/// within seconds.
+#[test]
+fn cell_forked_child_of_a_multithreaded_process_never_hangs_in_its_first_store() {
+    fn role_forker() {
+        let path = path_arg("path");
+        let cell = std::sync::Arc::new(cxc_sync::SharedCell::<u64>::open(&path).unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let (stop, cell) = (stop.clone(), cell.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let c = cell.clone();
+                    std::thread::spawn(move || c.store(1).map(drop).unwrap())
+                        .join()
+                        .unwrap();
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(12);
+        let (mut forks, mut hung) = (0u32, Vec::new());
+        while forks < 1000 && hung.is_empty() && Instant::now() < deadline {
+            // SAFETY: the child only stores through this crate and `_exit`s.
+            let c = unsafe { libc::fork() };
+            assert!(c >= 0);
+            if c == 0 {
+                let ok = cell.store(2).is_ok();
+                // SAFETY: ends the forked child at once.
+                unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+            }
+            forks += 1;
+            let t = Instant::now();
+            let mut status = 0;
+            loop {
+                // SAFETY: polls our own child.
+                let r = unsafe { libc::waitpid(c, &mut status, libc::WNOHANG) };
+                if r == c {
+                    assert_eq!(status, 0, "a forked child's store failed");
+                    break;
+                }
+                if t.elapsed() > Duration::from_secs(3) {
+                    let wchan =
+                        std::fs::read_to_string(format!("/proc/{c}/wchan")).unwrap_or_default();
+                    hung.push(format!("{c}:{wchan}"));
+                    // SAFETY: kills and reaps our own hung child.
+                    unsafe {
+                        libc::kill(c, libc::SIGKILL);
+                        libc::waitpid(c, &mut status, 0);
+                    }
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().unwrap();
+        report(format!(
+            "FORKS forks={forks} hung={} at={}",
+            hung.len(),
+            hung.join(",")
+        ));
+    }
+    play_role!(role_forker);
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("cell");
+    let _cell = cxc_sync::SharedCell::<u64>::create(&path, 0).unwrap();
+    let mut kid = RoleCommand::new(FORK_CELL, "forker")
+        .arg("path", &path)
+        .spawn();
+    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
+    println!("{line}");
+    assert_eq!(
+        num(&line, "hung"),
+        0,
+        "a forked child hung in its first store: {line}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // The pid a guard's claim is made for
 // ---------------------------------------------------------------------------------------
 
 const GUARD_OWNER: &str = "lease_guard_claim_shows_its_processs_pid_as_the_owner";
 
-// FAILS on main: a guard's claim is made for the process's lineage token (1 in a freshly
+// Found (fixed since): a guard's claim is made for the process's lineage token (1 in a freshly
 // started process) instead of its pid: current_owner() and status().owner say 1 (3/3 runs).
 /// LeaseBuilder::pid (rustdoc): "The pid the guards' claims are made for (shown as the
 /// owner; default: this process's)"; `current_owner` (rustdoc): "the pid the current
@@ -540,7 +632,7 @@ fn lease_guard_claim_shows_its_processs_pid_as_the_owner() {
 
 const GUARD_PREEMPT: &str = "lease_guard_of_a_higher_pid_never_preempts_a_live_lower_pid_holder";
 
-// FAILS on main: the guard claims as pid 1 (its lineage token), lower than the holder's
+// Found (fixed since): the guard claims as pid 1 (its lineage token), lower than the holder's
 // pid 2, and takes the lease from the live holder (3/3 runs).
 /// owner-lease.md, Protocol: a claim is granted when "vacant; lower pid (with
 /// `Preemption::LowerPid`); stale ...; or the holder's process is dead"; `Preemption::

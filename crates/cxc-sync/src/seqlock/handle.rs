@@ -2,7 +2,6 @@
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use cxc_mmf::identity::{Identity, current_proc};
@@ -132,7 +131,7 @@ pub struct SeqLock<T> {
     /// `pub_word` it published or saw. Each entry is used by one thread at a time (the
     /// shared one under `shared`).
     lanes: [Lane; LANES + 1],
-    shared: Mutex<()>,
+    shared: crate::forklock::ForkSafeLock,
     pub(super) stall: Duration,
     _payload: PhantomData<fn() -> T>,
 }
@@ -268,7 +267,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
             st,
             store,
             lanes: std::array::from_fn(|_| Lane::default()),
-            shared: Mutex::new(()),
+            shared: crate::forklock::ForkSafeLock::new(),
             stall: DEFAULT_STALL_TIMEOUT,
             _payload: PhantomData,
         }
@@ -397,12 +396,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
     #[allow(clippy::type_complexity)]
     fn lane_slot(
         &self,
-    ) -> Result<(&Lane, usize, Option<std::sync::MutexGuard<'_, ()>>), WriteError> {
+    ) -> Result<(&Lane, usize, Option<crate::forklock::ForkSafeGuard<'_>>), WriteError> {
         let (i, guard) = match thread_lane() {
             Some(i) => (i, None),
             None => (
                 SHARED_LANE,
-                Some(self.shared.lock().unwrap_or_else(|e| e.into_inner())),
+                Some(self.shared.lock()),
             ),
         };
         let lane = &self.lanes[i];

@@ -5,7 +5,6 @@
 //! its CAS (`docs/seqlock.md`, "Write").
 
 use std::cell::Cell;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use cxc_mmf::identity::{Identity, Liveness, current_proc, liveness};
@@ -22,7 +21,34 @@ const _: () = assert!(LANES.is_power_of_two());
 /// Thread indices `0..LANES`, unique among the live threads of this process (an index
 /// is reused only after its thread exited).
 static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
-static FREE_LANES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Indices given back by exited threads (bit `i` = index `i` is free). A bitmap changed
+/// by single atomic operations, not a list under a mutex: a child made by `fork` while
+/// another thread held such a mutex would wait for it forever.
+static FREE_LANES: AtomicU64 = AtomicU64::new(0);
+const _: () = assert!(LANES <= 64);
+
+/// Gives index `i` back.
+fn free_lane(i: usize) {
+    FREE_LANES.fetch_or(1 << i, Ordering::AcqRel);
+}
+
+/// Takes a given-back index, if any.
+fn take_free_lane() -> Option<usize> {
+    let mut free = FREE_LANES.load(Ordering::Acquire);
+    while free != 0 {
+        let i = free.trailing_zeros() as usize;
+        match FREE_LANES.compare_exchange_weak(
+            free,
+            free & !(1 << i),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Some(i),
+            Err(now) => free = now,
+        }
+    }
+    None
+}
 
 /// Gives this thread's index back when the thread exits (set when it is assigned).
 struct LaneRelease(Cell<usize>);
@@ -33,10 +59,7 @@ impl Drop for LaneRelease {
         if (1..=LANES).contains(&v) {
             // No write of this thread can follow: its index may go to a new thread.
             LANE.with(|l| l.set(usize::MAX));
-            FREE_LANES
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(v - 1);
+            free_lane(v - 1);
         }
     }
 }
@@ -63,8 +86,7 @@ pub(crate) fn thread_lane() -> Option<usize> {
 #[cold]
 #[inline(never)]
 fn assign_lane() -> Option<usize> {
-    let free = FREE_LANES.lock().unwrap_or_else(|e| e.into_inner()).pop();
-    let i = free.or_else(|| {
+    let i = take_free_lane().or_else(|| {
         NEXT_LANE
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (n < LANES).then_some(n + 1)
@@ -76,7 +98,7 @@ fn assign_lane() -> Option<usize> {
     // (its destructors running) gets none and uses the shared lane.
     if i.is_some() && LANE_RELEASE.try_with(|r| r.0.set(v)).is_err() {
         if let Some(i) = i {
-            FREE_LANES.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+            free_lane(i);
         }
         LANE.with(|l| l.set(usize::MAX));
         return None;
