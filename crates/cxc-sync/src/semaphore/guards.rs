@@ -146,6 +146,8 @@ impl SharedSemaphore {
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
         let mut next_reclaim = start + super::ops::RECLAIM_EVERY;
+        // Only the first slice spins (docs/sidecar.md: a blocking call spins once).
+        let mut spin = true;
         loop {
             if let Some(g) = self.try_acquire_many(n) {
                 return Some(g);
@@ -167,9 +169,10 @@ impl SharedSemaphore {
             // Wait for one permit (woken by a release), give it back, and try for all of
             // them again.
             let wait = left.map_or(MANY_POLL, |l| l.min(MANY_POLL));
-            if let Some(p) = self.acquire_timeout(wait) {
+            if let Some(p) = self.acquire_timeout_spinning(wait, spin) {
                 drop::<Permit<'_>>(p);
             }
+            spin = false;
         }
     }
 }

@@ -82,18 +82,34 @@ impl SharedSemaphore {
         if let Some(p) = self.try_acquire() {
             return p;
         }
-        while !self.acquire_slow(None) {}
+        // Spins on the first round only: a later round is the same wait going on.
+        let mut spin = true;
+        while !self.acquire_slow(None, spin) {
+            spin = false;
+        }
         Permit { sem: self, proc: current_proc() }
     }
 
     /// Takes a permit, blocking at most `timeout`; `None` if none became available.
     pub fn acquire_timeout(&self, timeout: Duration) -> Option<Permit<'_>> {
+        self.acquire_timeout_spinning(timeout, true)
+    }
+
+    /// [`acquire_timeout`](Self::acquire_timeout), spinning first only if `spin`: a
+    /// caller that waits in slices (`acquire_many`) spins on its first slice, not on every
+    /// one (docs/sidecar.md: a blocking call spins once).
+    pub(crate) fn acquire_timeout_spinning(
+        &self,
+        timeout: Duration,
+        spin: bool,
+    ) -> Option<Permit<'_>> {
         if let Some(p) = self.try_acquire() {
             return Some(p);
         }
         // A timeout too large to add to `now` waits forever.
         let deadline = Instant::now().checked_add(timeout);
-        self.acquire_slow(deadline).then(|| Permit { sem: self, proc: current_proc() })
+        self.acquire_slow(deadline, spin)
+            .then(|| Permit { sem: self, proc: current_proc() })
     }
 
     /// Returns one permit (after `mem::forget` of a [`Permit`], or one handed to this
@@ -132,21 +148,27 @@ impl SharedSemaphore {
     /// The blocking path: a short spin, then sleep on the wake word, re-checking after
     /// every wake-up and reclaiming dead holders' permits every [`RECLAIM_EVERY`].
     #[cold]
-    fn acquire_slow(&self, deadline: Option<Instant>) -> bool {
+    fn acquire_slow(&self, deadline: Option<Instant>, spin: bool) -> bool {
         // `None` only in a forked child that found the table full: it waits for a slot
         // (looking again with every reclaim) and never takes a permit untracked.
         let mut holder = self.holder();
         let raw = self.raw();
         raw.bump(ctr::CONTENDED, 1);
         let started = Instant::now();
-        // Spin first (re-reading the count): the shared strategy's budget, or the default
-        // one (`park::spin_for`).
-        let budget = self
-            .map
-            .head()
-            .handshake
-            .spin_budget()
-            .unwrap_or(crate::park::DEFAULT_SPIN);
+        // Spin first (re-reading the count), if `spin`: the shared strategy's budget, or
+        // the default one (`park::spin_for`), never past the deadline.
+        let mut budget = if spin {
+            self.map
+                .head()
+                .handshake
+                .spin_budget()
+                .unwrap_or(crate::park::DEFAULT_SPIN)
+        } else {
+            Duration::ZERO
+        };
+        if let Some(d) = deadline {
+            budget = budget.min(d.saturating_duration_since(started));
+        }
         let spun = crate::park::spin_for(budget, started, || {
             (raw.available() > 0 && raw.try_acquire(holder)).then_some(())
         });
