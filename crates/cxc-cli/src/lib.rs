@@ -24,6 +24,38 @@ pub use inspect::{
     MIN_WATCH_INTERVAL, SemaphoreView, State, TestView, View, load, watch,
 };
 
+/// A file's path as the JSON and Prometheus reports name it: the path itself when it is
+/// UTF-8, else with every backslash doubled and every byte that is not UTF-8 written as
+/// `\xHH`, so distinct paths always get distinct names (a lossy conversion would show
+/// the files `x\xff` and `x\xfe` both as `x\u{fffd}`).
+///
+/// # Examples
+/// ```
+/// use std::os::unix::ffi::OsStrExt;
+/// use std::path::Path;
+///
+/// let odd = Path::new(std::ffi::OsStr::from_bytes(b"/tmp/a\\b\xff"));
+/// assert_eq!(cxc_cli::path_name(odd), r"/tmp/a\\b\xff");
+/// // A UTF-8 path is named as it is, so it never collides with an escaped one.
+/// assert_eq!(cxc_cli::path_name(Path::new(r"/tmp/a\b")), r"/tmp/a\b");
+/// ```
+pub fn path_name(path: &Path) -> String {
+    use std::fmt::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(&chunk.valid().replace('\\', r"\\"));
+        for b in chunk.invalid() {
+            let _ = write!(out, r"\x{b:02x}");
+        }
+    }
+    out
+}
+
 /// What `cxc inspect PATH` prints, or the one-line error it reports.
 ///
 /// # Errors

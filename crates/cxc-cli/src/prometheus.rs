@@ -56,7 +56,7 @@ impl Families {
 pub fn render(views: &[View]) -> String {
     let mut f = Families::default();
     for v in views {
-        let path = v.path.display().to_string();
+        let path = crate::path_name(&v.path);
         let p = || ("path", path.clone());
         match &v.state {
             State::Lease(l) => {

@@ -55,7 +55,7 @@ fn series(text: &str) -> Vec<String> {
 /// format a series (metric name and label set) appears once per scrape; a scrape with two
 /// samples of one series is rejected (Prometheus: "duplicate sample for timestamp"), and
 /// the two files cannot be told apart.
-// FAILS on main: both paths are shown as `x\u{fffd}` (lossy), so every series of the two files is printed twice with identical labels.
+// Found (fixed since): both paths were shown as `x\u{fffd}` (lossy), so every series of the two files is printed twice with identical labels.
 #[test]
 fn prometheus_series_stay_unique_for_distinct_non_utf8_paths() {
     use std::os::unix::ffi::OsStrExt;
@@ -336,7 +336,7 @@ fn role_many_waiter() {
 /// `SharedSemaphore::acquire_many(2)` (docs/api.md: it "never waits holding part of the"
 /// permits) while another holds both, under the largest spin budget, must spin at most
 /// about one budget, not burn a CPU for as long as it waits.
-// FAILS on main: acquire_many waits in 2 ms slices of acquire_timeout, each of which spins the whole budget first (ignoring its 2 ms deadline): the waiter burns a full core (~1 s CPU per 1 s waited).
+// Found (fixed since): acquire_many waited in 2 ms slices of acquire_timeout, each of which spun the whole budget first (ignoring its 2 ms deadline): the waiter burns a full core (~1 s CPU per 1 s waited).
 #[test]
 fn blocked_acquire_many_does_not_spin_on_every_slice_under_a_spin_strategy() {
     play_role!(role_many_waiter);
