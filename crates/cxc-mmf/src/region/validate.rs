@@ -193,7 +193,10 @@ pub(super) fn check_expect(info: &HeaderInfo, expect: &Expect<'_>) -> Result<(),
         // A holder or heartbeat table needs a slot (an empty one could never register
         // anyone); other kinds (e.g. the test kind) may have none.
         _ if l.capacity == 0
-            && matches!(expect.kind, Kind::Semaphore | Kind::RwLock | Kind::Heartbeat) =>
+            && matches!(
+                expect.kind,
+                Kind::Semaphore | Kind::RwLock | Kind::Heartbeat
+            ) =>
         {
             return Err(MmfError::ParamMismatch {
                 name: "capacity",
