@@ -349,13 +349,19 @@ impl LeaseState {
     #[inline]
     fn pass_torn_on(&self, cur: Word) {
         if self.torn.load(Ordering::Acquire) == cur.id() {
-            let _ = self.torn.compare_exchange(
-                cur.id(),
-                TORN_NEXT | cur.gen_low(),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+            self.pass_torn_on_slow(cur);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pass_torn_on_slow(&self, cur: Word) {
+        let _ = self.torn.compare_exchange(
+            cur.id(),
+            TORN_NEXT | cur.gen_low(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
     }
 
     /// Releases the claim `id` (holder + generation bits). A stale id never touches the

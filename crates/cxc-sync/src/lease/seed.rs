@@ -65,7 +65,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     pub fn release(&self, my_pid: u32) -> bool {
         // Fast path: the claim this handle made, if it is still the word (the CAS proves
-        // it) and no write is in flight (then `release_from` must quarantine).
+        // it) and no write is in flight (then `release_from` must quarantine). Everything
+        // else is out of line, so this path saves no registers.
         let guess = Word(self.hot.load(Ordering::Relaxed));
         if self.cache_hit(my_pid, guess.holder())
             && !guess.may_be_writing()
@@ -73,14 +74,28 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         {
             self.hot.store(vacated.0, Ordering::Relaxed);
             if self.observed.get() {
-                self.note(
-                    OpCode::LeaseRelease,
-                    0,
-                    self.state().full_generation(guess.0),
-                );
+                self.note_release(guess);
             }
             return true;
         }
+        self.release_slow(my_pid)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_release(&self, released: Word) {
+        self.note(
+            OpCode::LeaseRelease,
+            0,
+            self.state().full_generation(released.0),
+        );
+    }
+
+    /// [`release`](Self::release) from the loaded word (the guess was not this claim, or
+    /// a write may be in flight).
+    #[cold]
+    #[inline(never)]
+    fn release_slow(&self, my_pid: u32) -> bool {
         let cur = self.state().word();
         if !self.held_as(cur, my_pid) {
             return false;
