@@ -1,11 +1,12 @@
 //! `cxc-xbench`: the cross-process bench harness (see `cxc_benches::xbench`).
 //!
 //! ```text
-//! cxc-xbench [--quick] [SECTION...]     run sections (default: all), print rows
+//! cxc-xbench [--quick] [SECTION...]     run sections (default: all but the extra ones,
+//!                                       e.g. `death`), print rows
 //! cxc-xbench --role ROLE ARGS...        internal: a child process of a scenario
 //! ```
 
-use cxc_benches::xbench::{self, Config, SECTIONS};
+use cxc_benches::xbench::{self, Config, EXTRA_SECTIONS, SECTIONS};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,12 +27,18 @@ fn main() {
         .collect();
     for s in &chosen {
         assert!(
-            SECTIONS.contains(s),
-            "unknown section {s:?}; sections: {SECTIONS:?}"
+            SECTIONS.contains(s) || EXTRA_SECTIONS.contains(s),
+            "unknown section {s:?}; sections: {SECTIONS:?}, extra: {EXTRA_SECTIONS:?}"
         );
     }
     for s in SECTIONS {
         if chosen.is_empty() || chosen.contains(&s) {
+            eprintln!("xbench: section {s}");
+            xbench::run_section(s, &cfg);
+        }
+    }
+    for s in EXTRA_SECTIONS {
+        if chosen.contains(&s) {
             eprintln!("xbench: section {s}");
             xbench::run_section(s, &cfg);
         }

@@ -8,6 +8,7 @@
 //! Progress goes to stderr.
 
 mod cpu;
+mod death;
 mod failover;
 mod handoff;
 mod locks;
@@ -85,6 +86,10 @@ pub const SECTIONS: [&str; 8] = [
     "rwlock",
 ];
 
+/// Sections run only when named (`cxc-xbench death`): measurements of mechanisms, not
+/// rows of the report.
+pub const EXTRA_SECTIONS: [&str; 1] = ["death"];
+
 /// Runs one section of the parent side.
 pub fn run_section(name: &str, cfg: &Config) {
     match name {
@@ -96,6 +101,7 @@ pub fn run_section(name: &str, cfg: &Config) {
         "sidecar" => sidecar::run(cfg),
         "semaphore" => semaphore::run(cfg),
         "rwlock" => rwlock::run(cfg),
+        "death" => death::run(cfg),
         other => panic!("unknown section {other:?}; sections: {SECTIONS:?}"),
     }
 }
@@ -110,6 +116,8 @@ pub fn run_role(args: &[String]) {
         "tput" => throughput::role(rest),
         "fo-holder" => failover::role_holder(rest),
         "fo-waiter" => failover::role_waiter(rest),
+        "death-holder" => death::role_holder(rest),
+        "death-waiter" => death::role_waiter(rest),
         "cpu-waiter" => cpu::role(rest),
         "sidecar-b" => sidecar::role_b(rest),
         "sem-b" => semaphore::role_b(rest),
