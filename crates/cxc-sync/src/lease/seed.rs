@@ -65,8 +65,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[inline]
     pub fn release(&self, my_pid: u32) -> bool {
         // Fast path: the claim this handle made, if it is still the word (the CAS proves
-        // it) and no write is in flight (then `release_from` must quarantine). Everything
-        // else is out of line, so this path saves no registers.
+        // it) and no write is in flight (then `release_from` must quarantine). The rest
+        // is out of line (`release_slow`, `note_release`).
         let guess = Word(self.hot.load(Ordering::Relaxed));
         if self.cache_hit(my_pid, guess.holder())
             && !guess.may_be_writing()
