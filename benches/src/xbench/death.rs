@@ -21,7 +21,7 @@
 //! The sentinel tells that the holder's process *is exiting*, not that it is gone: its
 //! other threads may still be running user code for a few microseconds (until they take
 //! their SIGKILL), which is why the lease does not take it as a death certificate (see
-//! `docs/BENCHMARKS.md`, "Failover: how early the kernel tells").
+//! `benches/notes.md`, section `xproc.failover_vs_flock`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
