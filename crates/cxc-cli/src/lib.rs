@@ -24,10 +24,10 @@ pub use inspect::{
     MIN_WATCH_INTERVAL, SemaphoreView, State, TestView, View, load, watch,
 };
 
-/// A file's path as the JSON and Prometheus reports name it: the path itself when it is
-/// UTF-8, else with every backslash doubled and every byte that is not UTF-8 written as
-/// `\xHH`, so distinct paths always get distinct names (a lossy conversion would show
-/// the files `x\xff` and `x\xfe` both as `x\u{fffd}`).
+/// A file's path as the Prometheus report labels it: the path itself when it is UTF-8,
+/// else with every backslash doubled and every byte that is not UTF-8 written as `\xHH`,
+/// so distinct paths always get distinct label values (a lossy conversion would show the
+/// files `x\xff` and `x\xfe` both as `x\u{fffd}`, and their series twice).
 ///
 /// # Examples
 /// ```

@@ -453,7 +453,7 @@ pub fn json(v: &View) -> Value {
         "strategy": v.strategy.map(|st| format!("{:?}", st.0)),
         "strategy_generation": v.strategy.map(|st| st.1),
         "recent": recent,
-        "path": crate::path_name(&v.path),
+        "path": v.path.display().to_string(),
         "kind": v.info.layout.kind.name(),
         "creator_pid": v.info.creator_pid,
         "total_len": v.info.total_len,
