@@ -170,10 +170,25 @@ std::thread_local! {
     static EXIT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Set while the asyncio wake-up thread may hold or want the GIL ([`deliver`]).
+static DELIVERING: AtomicBool = AtomicBool::new(false);
+
 #[pyfunction]
-fn _interpreter_exiting() {
+fn _interpreter_exiting(py: Python<'_>) {
     EXIT_THREAD.with(|t| t.set(true));
-    EXITING.store(true, Ordering::Release);
+    // SYNC: exit handshake with `deliver` (SeqCst on both sides: either it sees EXITING
+    // and never takes the GIL, or we see DELIVERING and wait for it to finish).
+    EXITING.store(true, Ordering::SeqCst);
+    // A delivery under way may have released the GIL inside Python code (the loop's
+    // self-pipe `send`): let it take the GIL back and finish before the interpreter
+    // starts finalizing, when taking the GIL would end its thread (see `deliver`).
+    // Bounded, so a stuck delivery never holds the exit up for long.
+    py.allow_threads(|| {
+        let until = Instant::now() + Duration::from_secs(1);
+        while DELIVERING.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    });
 }
 
 /// Runs `f` without the GIL (`allow_threads`). Another thread than the exiting one that
@@ -1015,6 +1030,29 @@ fn deliver(w: &WakeTarget) {
     if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
         return;
     }
+    // Once the interpreter began to exit, this thread (not a Python thread) never takes
+    // the GIL again: CPython (up to 3.13) ends a thread that takes it during finalization
+    // with `pthread_exit`, whose forced unwinding through these Rust frames aborts the
+    // whole process. `test_async_waiters_across_processes` aborted in 5 of 40 runs: a
+    // wake-up from another process's release arrived as this one exited, and the
+    // delivery's `call_soon_threadsafe` released the GIL in its self-pipe `send`, to take
+    // it back from a finalizing interpreter. So a delivery announces itself (DELIVERING)
+    // and the `atexit` hook waits for it to finish; one that starts after the hook sleeps
+    // until the process ends instead, as blocked waits do (`unblocked`). An `asyncio`
+    // wait started by an `atexit` hook is therefore not woken (only its timeout ends it).
+    // SYNC: exit handshake with `_interpreter_exiting`.
+    DELIVERING.store(true, Ordering::SeqCst);
+    if EXITING.load(Ordering::SeqCst) {
+        DELIVERING.store(false, Ordering::SeqCst);
+        loop {
+            std::thread::park();
+        }
+    }
+    deliver_now(w);
+    DELIVERING.store(false, Ordering::SeqCst);
+}
+
+fn deliver_now(w: &WakeTarget) {
     Python::with_gil(|py| {
         let target = lock(&w.target)
             .as_ref()
