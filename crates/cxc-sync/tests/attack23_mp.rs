@@ -392,6 +392,60 @@ fn hb_guard_of_a_fenced_registration_stays_fenced_after_its_process_joins_again(
 // Forked children of a multi-threaded process
 // ---------------------------------------------------------------------------------------
 
+/// What [`fork_children`] saw.
+struct Forks {
+    forks: u32,
+    /// `pid:wchan` of each child that was not done within 3 s (killed and reaped).
+    hung: Vec<String>,
+    /// Children whose `child()` returned false.
+    failed: u32,
+}
+
+/// Forks up to `n` children of this (multi-threaded) process, one at a time, within 12 s
+/// and until the first hang; each child runs `child` and `_exit`s, with 0 if it returned
+/// true, else 3.
+fn fork_children(n: u32, child: impl Fn() -> bool) -> Forks {
+    let deadline = Instant::now() + Duration::from_secs(12);
+    let mut out = Forks {
+        forks: 0,
+        hung: Vec::new(),
+        failed: 0,
+    };
+    while out.forks < n && out.hung.is_empty() && Instant::now() < deadline {
+        // SAFETY: the child only runs `child` (calls through this crate) and `_exit`s.
+        let c = unsafe { libc::fork() };
+        assert!(c >= 0);
+        if c == 0 {
+            let ok = child();
+            // SAFETY: ends the forked child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        out.forks += 1;
+        let t = Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: polls our own child.
+            let r = unsafe { libc::waitpid(c, &mut status, libc::WNOHANG) };
+            if r == c {
+                out.failed += u32::from(status != 0);
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(3) {
+                let wchan = std::fs::read_to_string(format!("/proc/{c}/wchan")).unwrap_or_default();
+                out.hung.push(format!("{c}:{wchan}"));
+                // SAFETY: kills and reaps our own hung child.
+                unsafe {
+                    libc::kill(c, libc::SIGKILL);
+                    libc::waitpid(c, &mut status, 0);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    out
+}
+
 const FORK_MT: &str = "lease_forked_child_of_a_multithreaded_process_never_hangs_in_try_acquire";
 
 // Found (fixed since): a child forked while another thread of the parent was inside the
@@ -431,40 +485,8 @@ fn lease_forked_child_of_a_multithreaded_process_never_hangs_in_try_acquire() {
                 }
             })
         };
-        let deadline = Instant::now() + Duration::from_secs(12);
-        let (mut forks, mut hung) = (0u32, Vec::new());
-        while forks < 300 && hung.is_empty() && Instant::now() < deadline {
-            // SAFETY: the child only claims and releases through this crate and `_exit`s.
-            let c = unsafe { libc::fork() };
-            assert!(c >= 0);
-            if c == 0 {
-                let ok = lease.try_acquire(me(), BIG) && lease.release(me());
-                // SAFETY: ends the forked child at once.
-                unsafe { libc::_exit(if ok { 0 } else { 3 }) };
-            }
-            forks += 1;
-            let t = Instant::now();
-            let mut status = 0;
-            loop {
-                // SAFETY: polls our own child.
-                let r = unsafe { libc::waitpid(c, &mut status, libc::WNOHANG) };
-                if r == c {
-                    break;
-                }
-                if t.elapsed() > Duration::from_secs(3) {
-                    let wchan =
-                        std::fs::read_to_string(format!("/proc/{c}/wchan")).unwrap_or_default();
-                    hung.push(format!("{c}:{wchan}"));
-                    // SAFETY: kills and reaps our own hung child.
-                    unsafe {
-                        libc::kill(c, libc::SIGKILL);
-                        libc::waitpid(c, &mut status, 0);
-                    }
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
+        let Forks { forks, hung, .. } =
+            fork_children(300, || lease.try_acquire(me(), BIG) && lease.release(me()));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         churn.join().unwrap();
         report(format!(
@@ -522,41 +544,12 @@ fn cell_forked_child_of_a_multithreaded_process_never_hangs_in_its_first_store()
                 }
             })
         };
-        let deadline = Instant::now() + Duration::from_secs(12);
-        let (mut forks, mut hung) = (0u32, Vec::new());
-        while forks < 1000 && hung.is_empty() && Instant::now() < deadline {
-            // SAFETY: the child only stores through this crate and `_exit`s.
-            let c = unsafe { libc::fork() };
-            assert!(c >= 0);
-            if c == 0 {
-                let ok = cell.store(2).is_ok();
-                // SAFETY: ends the forked child at once.
-                unsafe { libc::_exit(if ok { 0 } else { 3 }) };
-            }
-            forks += 1;
-            let t = Instant::now();
-            let mut status = 0;
-            loop {
-                // SAFETY: polls our own child.
-                let r = unsafe { libc::waitpid(c, &mut status, libc::WNOHANG) };
-                if r == c {
-                    assert_eq!(status, 0, "a forked child's store failed");
-                    break;
-                }
-                if t.elapsed() > Duration::from_secs(3) {
-                    let wchan =
-                        std::fs::read_to_string(format!("/proc/{c}/wchan")).unwrap_or_default();
-                    hung.push(format!("{c}:{wchan}"));
-                    // SAFETY: kills and reaps our own hung child.
-                    unsafe {
-                        libc::kill(c, libc::SIGKILL);
-                        libc::waitpid(c, &mut status, 0);
-                    }
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
+        let Forks {
+            forks,
+            hung,
+            failed,
+        } = fork_children(1000, || cell.store(2).is_ok());
+        assert_eq!(failed, 0, "a forked child's store failed");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         churn.join().unwrap();
         report(format!(
