@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -170,43 +170,70 @@ std::thread_local! {
     static EXIT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Set while the asyncio wake-up thread may hold or want the GIL ([`deliver`]).
-static DELIVERING: AtomicBool = AtomicBool::new(false);
+/// Threads other than the exiting one that are about to take the GIL back, or hold it
+/// for a call that may release and retake it ([`unblocked`] after its wait, [`deliver`]).
+static WANT_GIL: AtomicUsize = AtomicUsize::new(0);
 
 #[pyfunction]
 fn _interpreter_exiting(py: Python<'_>) {
     EXIT_THREAD.with(|t| t.set(true));
-    // SYNC: exit handshake with `deliver` (SeqCst on both sides: either it sees EXITING
-    // and never takes the GIL, or we see DELIVERING and wait for it to finish).
+    // SYNC: exit handshake with `announce_gil` (SeqCst on both sides: either a thread
+    // sees EXITING and never takes the GIL, or we see it counted and wait for it).
     EXITING.store(true, Ordering::SeqCst);
-    // A delivery under way may have released the GIL inside Python code (the loop's
-    // self-pipe `send`): let it take the GIL back and finish before the interpreter
-    // starts finalizing, when taking the GIL would end its thread (see `deliver`).
-    // Bounded, so a stuck delivery never holds the exit up for long.
+    if WANT_GIL.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    // A thread that passed its check just before: let it take the GIL now, while that is
+    // still safe, and finish (bounded, so a stuck one never holds the exit up for long).
     py.allow_threads(|| {
         let until = Instant::now() + Duration::from_secs(1);
-        while DELIVERING.load(Ordering::SeqCst) && Instant::now() < until {
+        while WANT_GIL.load(Ordering::SeqCst) > 0 && Instant::now() < until {
             std::thread::sleep(Duration::from_micros(100));
         }
     });
 }
 
-/// Runs `f` without the GIL (`allow_threads`). Another thread than the exiting one that
-/// would take the GIL back after the interpreter began to exit (a daemon thread still
-/// blocked in a wait) sleeps until the process ends instead: CPython up to 3.13 ends
-/// such a thread with `pthread_exit`, whose forced unwinding through the Rust frames of
-/// this call aborts the whole process ("FATAL: exception not rethrown") instead of
-/// letting it exit.
-fn unblocked<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
-    py.allow_threads(|| {
-        let r = f();
-        if EXITING.load(Ordering::Acquire) && !EXIT_THREAD.with(|t| t.get()) {
-            loop {
-                std::thread::park();
-            }
+/// Before a thread other than the exiting one takes the GIL (back): counts it in
+/// [`WANT_GIL`], or, once the interpreter began to exit, sleeps until the process ends
+/// instead. CPython up to 3.13 ends a thread that takes the GIL during finalization with
+/// `pthread_exit`, whose forced unwinding through Rust frames aborts the whole process
+/// ("FATAL: exception not rethrown"). The caller calls [`gil_taken`] once it no longer
+/// needs the GIL back.
+fn announce_gil() {
+    if EXIT_THREAD.with(|t| t.get()) {
+        return;
+    }
+    // SYNC: exit handshake with `_interpreter_exiting`.
+    WANT_GIL.fetch_add(1, Ordering::SeqCst);
+    if EXITING.load(Ordering::SeqCst) {
+        WANT_GIL.fetch_sub(1, Ordering::SeqCst);
+        loop {
+            std::thread::park();
         }
+    }
+}
+
+/// Ends what [`announce_gil`] began.
+fn gil_taken() {
+    if !EXIT_THREAD.with(|t| t.get()) {
+        WANT_GIL.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs `f` without the GIL (`allow_threads`), then takes it back through
+/// [`announce_gil`]: a daemon thread still blocked in a wait when the program exits
+/// sleeps until the process is gone instead of aborting it (`test_attack2.py`,
+/// `test_daemon_thread_blocked_in_a_wait_does_not_abort_the_exit`). Before this was a
+/// handshake, a wait whose slice ended just as `atexit` ran still aborted (3 of 40 exits
+/// of its `wait_lost` case).
+fn unblocked<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
+    let r = py.allow_threads(|| {
+        let r = f();
+        announce_gil();
         r
-    })
+    });
+    gil_taken();
+    r
 }
 
 /// Waits for `attempt` to succeed in slices, without the GIL, checking signals between
@@ -1031,25 +1058,14 @@ fn deliver(w: &WakeTarget) {
         return;
     }
     // Once the interpreter began to exit, this thread (not a Python thread) never takes
-    // the GIL again: CPython (up to 3.13) ends a thread that takes it during finalization
-    // with `pthread_exit`, whose forced unwinding through these Rust frames aborts the
-    // whole process. `test_async_waiters_across_processes` aborted in 5 of 40 runs: a
-    // wake-up from another process's release arrived as this one exited, and the
-    // delivery's `call_soon_threadsafe` released the GIL in its self-pipe `send`, to take
-    // it back from a finalizing interpreter. So a delivery announces itself (DELIVERING)
-    // and the `atexit` hook waits for it to finish; one that starts after the hook sleeps
-    // until the process ends instead, as blocked waits do (`unblocked`). An `asyncio`
-    // wait started by an `atexit` hook is therefore not woken (only its timeout ends it).
-    // SYNC: exit handshake with `_interpreter_exiting`.
-    DELIVERING.store(true, Ordering::SeqCst);
-    if EXITING.load(Ordering::SeqCst) {
-        DELIVERING.store(false, Ordering::SeqCst);
-        loop {
-            std::thread::park();
-        }
-    }
+    // the GIL again (`announce_gil`). A delivery's `call_soon_threadsafe` releases and
+    // retakes the GIL in its self-pipe `send`, so it stays counted until it is done:
+    // `test_async_waiters_across_processes` aborted in 5 of 40 runs when a wake-up from
+    // another process's release arrived as this one exited. An `asyncio` wait started by
+    // an `atexit` hook is therefore not woken (only its timeout ends it).
+    announce_gil();
     deliver_now(w);
-    DELIVERING.store(false, Ordering::SeqCst);
+    gil_taken();
 }
 
 fn deliver_now(w: &WakeTarget) {
