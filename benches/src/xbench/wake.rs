@@ -10,6 +10,21 @@
 //! minus the parent's. Then the waiter releases, the parent locks again and the next round
 //! starts.
 //!
+//! Each waiter process does one warm-up round (not measured), then the parent waits
+//! [`SETTLE`] before the measured rounds, for every implementation alike. The measurement
+//! is the steady state of a process that keeps its handle: a thread that an implementation
+//! starts in its first wait (the lease's death watcher) is new to the scheduler, which
+//! counts a new thread as a full load for its first ~100 ms; while it does, the next
+//! wake-ups land on the other vCPU far more often (with one extra sleeping thread started
+//! in the raw futex's waiter: 231–336 of 440 rounds on the releasing process's CPU
+//! against 400–430 without it; after a 400 ms pause, 419–422).
+//!
+//! Every round also records where it ran: the parent's CPU when it releases and the
+//! waiter's CPU when its lock call returns (both read outside the measured interval).
+//! The `wake_same_cpu/<impl>` notes give the share of rounds woken on the releasing
+//! process's CPU (a few µs on the machines we measured) rather than on the other, idle
+//! one (a cross-CPU wake-up, tens of µs in a VM).
+//!
 //! - `lease`: the waiter blocks in `OwnerLease::acquire`; the parent releases with
 //!   `release_claim` (as the handoff case does);
 //! - `raw_futex`: the floor: the waiter `FUTEX_WAIT`s while a word of the shared page is
@@ -35,6 +50,10 @@ const LEASE_SPIN: Duration = Duration::from_micros(30);
 /// kernel, not spinning.
 const MARGIN: Duration = LEASE_SPIN.saturating_add(Duration::from_millis(2));
 
+/// The pause after a waiter process's warm-up round, before its measured rounds (see the
+/// module docs).
+const SETTLE: Duration = Duration::from_millis(150);
+
 /// Batches the samples are split into; the implementations take turns batch by batch
 /// (a fresh waiter process per batch), so a burst of load on the shared machine hits all
 /// of them alike. Many short batches, because a waiter process tends to keep the CPU
@@ -52,6 +71,8 @@ const WAITING: usize = 5;
 const DONE: usize = 6;
 /// The waiter's thread id (published once).
 const TID: usize = 7;
+/// The CPU the waiter's lock call returned on, this round.
+const WOKEN_CPU: usize = 8;
 /// Counter holding the waiter's timestamp of the current round.
 const T_WOKEN: usize = 1;
 
@@ -85,16 +106,44 @@ pub(crate) fn run(cfg: &Config) {
     let per = cfg.wake_iters.div_ceil(BATCHES);
     note(
         "wake_batches",
-        &format!("{BATCHES} batches of {per} rounds"),
+        &format!(
+            "{BATCHES} batches of {per} rounds, each after a warm-up round and a {} ms pause",
+            SETTLE.as_millis()
+        ),
     );
+    let mut same_cpu = vec![0usize; impls.len()];
     for _ in 0..BATCHES {
-        for (i, s) in impls.iter().zip(samples.iter_mut()) {
-            s.extend(batch(*i, per));
+        for ((i, s), same) in impls
+            .iter()
+            .zip(samples.iter_mut())
+            .zip(same_cpu.iter_mut())
+        {
+            for r in batch(*i, per) {
+                s.push(r.ns);
+                *same += usize::from(r.woken_cpu == r.holder_cpu);
+            }
         }
     }
-    for (i, s) in impls.iter().zip(&samples) {
+    for ((i, s), same) in impls.iter().zip(&samples).zip(&same_cpu) {
+        note(
+            &format!("wake_same_cpu/{}", impl_name(*i)),
+            &format!(
+                "{same} of {} rounds woken on the releasing process's CPU",
+                s.len()
+            ),
+        );
         row_ns(&format!("wake/{}", impl_name(*i)), s);
     }
+}
+
+/// One measured round.
+struct Round {
+    /// Release to the waiter's lock call returning.
+    ns: f64,
+    /// The parent's CPU when it released.
+    holder_cpu: u32,
+    /// The waiter's CPU when its lock call returned.
+    woken_cpu: u32,
 }
 
 /// The holder's side of one implementation.
@@ -130,8 +179,8 @@ impl Holder {
     }
 }
 
-/// One waiter process: a warm-up round, then `rounds` measured rounds.
-fn batch(imp: Impl, rounds: usize) -> Vec<f64> {
+/// One waiter process: a warm-up round, a pause, then `rounds` measured rounds.
+fn batch(imp: Impl, rounds: usize) -> Vec<Round> {
     let dir = scratch();
     let mut holder = match imp {
         Some(k) => Holder::Locks(Locks::create(k, dir.path(), 1)),
@@ -152,15 +201,23 @@ fn batch(imp: Impl, rounds: usize) -> Vec<f64> {
         wait_asleep(pid, tid);
         std::thread::sleep(MARGIN);
         wait_asleep(pid, tid);
+        let holder_cpu = rustix::thread::sched_getcpu() as u32;
         let t0 = now_ns();
         holder.unlock();
         let page = holder.page();
         wait_flag(page, DONE, r);
         let t1 = page.counter(T_WOKEN).load(Ordering::Acquire);
         if r > 1 {
-            samples.push(t1.saturating_sub(t0) as f64);
+            samples.push(Round {
+                ns: t1.saturating_sub(t0) as f64,
+                holder_cpu,
+                woken_cpu: page.flag(WOKEN_CPU).load(Ordering::Acquire),
+            });
         }
         holder.lock();
+        if r == 1 {
+            std::thread::sleep(SETTLE);
+        }
     }
     finish(child, "wake-waiter");
     samples
@@ -225,6 +282,7 @@ pub(crate) fn role_waiter(args: &[String]) {
             Some(l) => {
                 l.lock(0);
                 let t = now_ns();
+                woken_cpu(&page);
                 l.unlock(0);
                 t
             }
@@ -232,12 +290,20 @@ pub(crate) fn role_waiter(args: &[String]) {
                 while word.load(Ordering::Acquire) == 0 {
                     futex_wait(word, 0);
                 }
-                now_ns()
+                let t = now_ns();
+                woken_cpu(&page);
+                t
             }
         };
         page.counter(T_WOKEN).store(t1, Ordering::Release);
         page.flag(DONE).store(r, Ordering::Release);
     }
+}
+
+/// Publishes the CPU the waiter runs on (after its timestamp, outside the measurement).
+fn woken_cpu(page: &SharedPage) {
+    page.flag(WOKEN_CPU)
+        .store(rustix::thread::sched_getcpu() as u32, Ordering::Release);
 }
 
 #[cfg(test)]

@@ -447,7 +447,9 @@ fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
          latency is from that timestamp to the waiter's timestamp taken the moment its lock \
          call returns. One sample per round (then the waiter releases and the holder locks \
          again). The implementations take turns batch by batch, a fresh waiter process per \
-         batch{batches}; each process's first round is a warm-up and not counted. The lease's waiter blocks in \
+         batch{batches}; each process's first round is a warm-up and not counted, and the \
+         pause after it lets a thread the implementation started in its first wait stop \
+         counting as new load for the scheduler (`benches/src/xbench/wake.rs`). The lease's waiter blocks in \
          `OwnerLease::acquire` and the holder releases with `release_claim`; the raw futex \
          (the floor) is a shared word the waiter `FUTEX_WAIT`s on while it is 0, the holder \
          stores 1 and `FUTEX_WAKE`s one.\n"
@@ -467,6 +469,21 @@ fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
             ("—".into(), "—".into())
         }
     });
+    let placed: Vec<String> = kinds
+        .iter()
+        .filter_map(|(k, _)| {
+            let n = data.notes.get(&format!("wake_same_cpu/{k}"))?;
+            Some(format!("{k} {}", n.split(" rounds").next().unwrap_or(n)))
+        })
+        .collect();
+    if !placed.is_empty() {
+        let _ = writeln!(
+            md,
+            "Rounds woken on the releasing process's CPU (the rest on the other, idle CPU, a \
+             cross-CPU wake-up): {}.\n",
+            placed.join("; ")
+        );
+    }
     goals.push(Goal {
         key: "xproc.wake".into(),
         label: "wake latency of a sleeping waiter (cross-process) / raw futex".into(),
@@ -1144,8 +1161,15 @@ mod tests {
             .insert("wake_margin".into(), "2.03 ms (test)".into());
         data.notes
             .insert("wake_batches".into(), "4 batches of 100 rounds".into());
+        for (k, n) in [("lease", 390), ("raw_futex", 398)] {
+            data.notes.insert(
+                format!("wake_same_cpu/{k}"),
+                format!("{n} of 400 rounds woken on the releasing process's CPU"),
+            );
+        }
         let md = render(&data, &machine()).markdown;
         assert!(md.contains("### Wake latency of a sleeping waiter"));
+        assert!(md.contains("releasing process's CPU (the rest on the other, idle CPU, a cross-CPU wake-up): lease 390 of 400; raw_futex 398 of 400."));
         assert!(md.contains("waits a further 2.03 ms (test), so"));
         assert!(md.contains("a fresh waiter process per batch: 4 batches of 100 rounds;"));
         assert!(md.contains(
