@@ -32,7 +32,6 @@ mod backend_guard;
 #[cfg(not(cxc_loom))]
 pub mod election;
 pub mod epoch;
-#[cfg(not(cxc_loom))]
 mod forklock;
 pub(crate) mod futex;
 mod heartbeat;

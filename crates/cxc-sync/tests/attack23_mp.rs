@@ -575,6 +575,131 @@ fn cell_forked_child_of_a_multithreaded_process_never_hangs_in_its_first_store()
     );
 }
 
+const FORK_WATCHDOG: &str = "watchdog_forked_child_of_a_scanning_process_never_hangs_in_scan";
+
+// Found (fixed since): a child forked while another thread of the supervisor was inside a
+// scan inherits the watchdog's scan-state mutex held: its first scan waits forever (the
+// second fork hung, 2 of 2 runs).
+/// heartbeat.md: "Several watchdogs, in any processes, may scan one table"; "a child made
+/// by `fork` starts afresh". A supervisor whose second thread keeps scanning (every scan
+/// checks the OS about each of 16 busy slots, so it is mostly inside a scan) forks
+/// children; each scans once through its copy of the watchdog and exits. Every child must
+/// be done within seconds.
+#[test]
+fn watchdog_forked_child_of_a_scanning_process_never_hangs_in_scan() {
+    fn role_forker() {
+        let table = HeartbeatTable::open(path_arg("path"), 16).unwrap();
+        for _ in 0..16 {
+            table.register(me()).unwrap();
+        }
+        let wd = FailoverWatchdog::with_grace(&table, BIG).with_os_check_interval(Duration::ZERO);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (forks, hung, failed) = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    assert!(wd.scan().dead_slots.is_empty());
+                }
+            });
+            let Forks {
+                forks,
+                hung,
+                failed,
+            } = fork_children(300, || wd.scan().dead_slots.is_empty());
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            (forks, hung, failed)
+        });
+        report(format!(
+            "FORKS forks={forks} hung={} failed={failed} at={}",
+            hung.len(),
+            hung.join(",")
+        ));
+    }
+    play_role!(role_forker);
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("table");
+    let _table = HeartbeatTable::create(&path, 16).unwrap();
+    let mut kid = RoleCommand::new(FORK_WATCHDOG, "forker")
+        .arg("path", &path)
+        .spawn();
+    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
+    println!("{line}");
+    assert_eq!(num(&line, "hung"), 0, "a forked child hung in scan: {line}");
+    assert_eq!(
+        num(&line, "failed"),
+        0,
+        "a forked child's scan reported a live slot dead: {line}"
+    );
+}
+
+const FORK_RWLOCK: &str = "rwlock_forked_child_of_a_process_with_blocked_writers_never_hangs";
+
+// Found by reading, after the watchdog test above (fixed since): a handle's memory of a
+// writer that makes no progress was behind a process-wide mutex that its blocked callers
+// take every 20 ms; a child forked while a parent thread held it would wait forever in
+// its first blocked call's check. It is held for a few instructions, so this test seldom
+// hits that window: it guards the fix, it does not prove the bug.
+/// shared-rwlock.md: a forked child registers its own slot on first use; a blocked call
+/// returns by its timeout. A process holds the write lock through one handle while four
+/// threads keep timing out on `write_timeout` through another (each wait checks the
+/// writer for progress); it forks children, each of which times out once through its
+/// copy of the second handle. Every child must be done within seconds.
+#[test]
+fn rwlock_forked_child_of_a_process_with_blocked_writers_never_hangs() {
+    fn role_forker() {
+        let path = path_arg("path");
+        let holder = cxc_sync::SharedRwLock::<u64>::open(&path).unwrap();
+        let waiters = cxc_sync::SharedRwLock::<u64>::open(&path).unwrap();
+        let held = holder.write();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (forks, hung, failed) = std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        assert!(waiters.write_timeout(Duration::from_millis(25)).is_none());
+                    }
+                });
+            }
+            let Forks {
+                forks,
+                hung,
+                failed,
+            } = fork_children(200, || {
+                waiters.write_timeout(Duration::from_millis(30)).is_none()
+            });
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            (forks, hung, failed)
+        });
+        drop(held);
+        report(format!(
+            "FORKS forks={forks} hung={} failed={failed} at={}",
+            hung.len(),
+            hung.join(",")
+        ));
+    }
+    play_role!(role_forker);
+    let _s = serial();
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("rwlock");
+    let opts = cxc_sync::RwLockOptions::default().grace(Duration::from_secs(3600));
+    let _lock = cxc_sync::SharedRwLock::<u64>::create_with(&path, 0, &opts).unwrap();
+    let mut kid = RoleCommand::new(FORK_RWLOCK, "forker")
+        .arg("path", &path)
+        .spawn();
+    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
+    println!("{line}");
+    assert_eq!(
+        num(&line, "hung"),
+        0,
+        "a forked child hung in write_timeout: {line}"
+    );
+    assert_eq!(
+        num(&line, "failed"),
+        0,
+        "a forked child took the held write lock: {line}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // The pid a guard's claim is made for
 // ---------------------------------------------------------------------------------------

@@ -2,13 +2,13 @@
 //! in-flight work.
 
 use std::iter::FusedIterator;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::layout::*;
 use super::slot::{HeartbeatSnapshot, is_reportable};
 use super::table::HeartbeatTable;
 use crate::epoch::EpochMode;
+use crate::forklock::{ForkSafeMutex, ForkSafeMutexGuard};
 use crate::liveness::Liveness;
 use crate::primitive::Ordering;
 use cxc_sidecar::Instrumented;
@@ -44,6 +44,17 @@ struct ScanState {
     last_os_pass: Option<Instant>,
 }
 
+impl ScanState {
+    /// Nothing scanned yet, for a table of `capacity` slots.
+    fn fresh(capacity: usize) -> Self {
+        ScanState {
+            last: Vec::new(),
+            seen: vec![(0, 0); capacity],
+            last_os_pass: None,
+        }
+    }
+}
+
 /// Reports and reclaims the in-flight work of workers that stopped beating or died.
 ///
 /// Each [`scan`](Self::scan) (in manual epoch mode) ticks the global epoch by one and
@@ -63,7 +74,9 @@ pub struct FailoverWatchdog<'a> {
     table: &'a HeartbeatTable,
     grace: u64,
     os_interval: Duration,
-    state: Mutex<ScanState>,
+    /// This watchdog's memory of its scans; a child made by `fork` while another thread
+    /// scanned takes the lock over and starts afresh (`forklock.rs`).
+    state: ForkSafeMutex<ScanState>,
 }
 
 impl<'a> FailoverWatchdog<'a> {
@@ -78,11 +91,7 @@ impl<'a> FailoverWatchdog<'a> {
             table,
             grace,
             os_interval: DEFAULT_OS_CHECK_INTERVAL,
-            state: Mutex::new(ScanState {
-                last: Vec::new(),
-                seen: vec![(0, 0); table.capacity()],
-                last_os_pass: None,
-            }),
+            state: ForkSafeMutex::new(ScanState::fresh(table.capacity())),
         }
     }
 
@@ -106,8 +115,9 @@ impl<'a> FailoverWatchdog<'a> {
         self.table
     }
 
-    fn state(&self) -> MutexGuard<'_, ScanState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> ForkSafeMutexGuard<'_, ScanState> {
+        self.state
+            .lock(|| ScanState::fresh(self.table.capacity()))
     }
 
     /// Scans every slot once. In manual epoch mode the global epoch is ticked by one first;

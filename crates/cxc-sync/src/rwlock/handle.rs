@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 use std::path::Path;
-use std::sync::Mutex;
+use crate::forklock::{ForkSafeMutex, ForkSafeMutexGuard};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -66,8 +66,9 @@ pub struct SharedRwLock<T> {
     holder: HolderCache,
     /// Whether a sidecar observes this handle (its slow paths then record into the ring).
     pub(super) observed: cxc_sidecar::Observed,
-    /// What this handle's waiters last saw of a writer that makes no progress.
-    seen: Mutex<Option<Seen>>,
+    /// What this handle's waiters last saw of a writer that makes no progress (a child
+    /// made by `fork` while a thread of its parent held it starts afresh: `forklock.rs`).
+    seen: ForkSafeMutex<Option<Seen>>,
     _payload: PhantomData<fn() -> T>,
 }
 
@@ -224,7 +225,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
             grace,
             holder: HolderCache::new(),
             observed: cxc_sidecar::Observed::new(),
-            seen: Mutex::new(None),
+            seen: ForkSafeMutex::new(None),
             _payload: PhantomData,
         };
         lock.holder_slow()?;
@@ -234,8 +235,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {
 
 impl<T> SharedRwLock<T> {
     /// What this handle's waiters last saw of the writer (slow paths only).
-    pub(super) fn seen(&self) -> std::sync::MutexGuard<'_, Option<Seen>> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    pub(super) fn seen(&self) -> ForkSafeMutexGuard<'_, Option<Seen>> {
+        self.seen.lock(|| None)
     }
 
     /// The protocol view of this file.
