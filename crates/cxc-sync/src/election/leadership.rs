@@ -2,7 +2,7 @@
 //! its end (step down, loss, drop).
 
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,11 +12,30 @@ use super::{
 };
 
 struct Shared {
-    /// When the last successful renewal was *sent* (the term's local deadline is this
-    /// plus the lease duration).
-    last_renew: Mutex<Instant>,
+    /// When the term began here (the time base of `last_renew`).
+    began: Instant,
+    /// When the last successful renewal was *sent*, in ns after `began` (the term's local
+    /// deadline is this plus the lease duration). An atomic, not a mutex: a child made by
+    /// `fork` while the parent's renewer updated it must not find it locked for good.
+    last_renew: AtomicU64,
     lost: AtomicBool,
     stop: (Mutex<bool>, Condvar),
+}
+
+impl Shared {
+    /// Time since the last successful renewal was sent.
+    fn since_renewal(&self) -> Duration {
+        self.began.elapsed().saturating_sub(Duration::from_nanos(
+            self.last_renew.load(Ordering::Acquire),
+        ))
+    }
+
+    /// Records a successful renewal sent at `sent` (never moves the time back).
+    fn renewed(&self, sent: Instant) {
+        let ns = sent.saturating_duration_since(self.began).as_nanos();
+        self.last_renew
+            .fetch_max(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::AcqRel);
+    }
 }
 
 /// What a renewer needs (shared by the [`Leadership`] and its background thread).
@@ -55,7 +74,7 @@ impl<B: ElectionBackend> Core<B> {
     }
 
     fn expired(&self) -> bool {
-        lock(&self.shared.last_renew).elapsed() > self.config.lease_duration
+        self.shared.since_renewal() > self.config.lease_duration
     }
 
     fn renew(&self) -> Result<(), ElectionError> {
@@ -72,8 +91,7 @@ impl<B: ElectionBackend> Core<B> {
         let sent = Instant::now();
         match self.backend.renew(&self.term) {
             Ok(true) => {
-                let mut last = lock(&self.shared.last_renew);
-                *last = (*last).max(sent);
+                self.shared.renewed(sent);
                 Ok(())
             }
             Ok(false) => {
@@ -142,7 +160,8 @@ impl<B: ElectionBackend> Leadership<B> {
         subscribers: Subscribers,
     ) -> Self {
         let shared = Arc::new(Shared {
-            last_renew: Mutex::new(Instant::now()),
+            began: Instant::now(),
+            last_renew: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             stop: (Mutex::new(false), Condvar::new()),
         });
@@ -236,7 +255,7 @@ impl<B: ElectionBackend> Leadership<B> {
             let deadline_in = self
                 .config
                 .lease_duration
-                .saturating_sub(lock(&self.shared.last_renew).elapsed());
+                .saturating_sub(self.shared.since_renewal());
             if deadline_in.is_zero() && core.expired() {
                 core.expire();
                 return Ok(true);
