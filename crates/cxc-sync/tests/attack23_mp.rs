@@ -446,6 +446,27 @@ fn fork_children(n: u32, child: impl Fn() -> bool) -> Forks {
     out
 }
 
+impl Forks {
+    /// Reports the forks as the role's result line.
+    fn report(&self) {
+        report(format!(
+            "FORKS forks={} hung={} failed={} at={}",
+            self.forks,
+            self.hung.len(),
+            self.failed,
+            self.hung.join(",")
+        ));
+    }
+}
+
+/// Runs the `forker` role of `test` on `path` and returns its result line (printed).
+fn forker_line(test: &str, path: &Path) -> String {
+    let mut kid = RoleCommand::new(test, "forker").arg("path", path).spawn();
+    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
+    println!("{line}");
+    line
+}
+
 const FORK_MT: &str = "lease_forked_child_of_a_multithreaded_process_never_hangs_in_try_acquire";
 
 // Found (fixed since): a child forked while another thread of the parent was inside the
@@ -485,26 +506,17 @@ fn lease_forked_child_of_a_multithreaded_process_never_hangs_in_try_acquire() {
                 }
             })
         };
-        let Forks { forks, hung, .. } =
-            fork_children(300, || lease.try_acquire(me(), BIG) && lease.release(me()));
+        let forks = fork_children(300, || lease.try_acquire(me(), BIG) && lease.release(me()));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         churn.join().unwrap();
-        report(format!(
-            "FORKS forks={forks} hung={} at={}",
-            hung.len(),
-            hung.join(",")
-        ));
+        forks.report();
     }
     play_role!(role_forker);
     let _s = serial();
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("lease");
     let _lease = OwnerLease::<u64>::create_with(&path, 0, &never()).unwrap();
-    let mut kid = RoleCommand::new(FORK_MT, "forker")
-        .arg("path", &path)
-        .spawn();
-    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
-    println!("{line}");
+    let line = forker_line(FORK_MT, &path);
     assert_eq!(
         num(&line, "hung"),
         0,
@@ -544,30 +556,18 @@ fn cell_forked_child_of_a_multithreaded_process_never_hangs_in_its_first_store()
                 }
             })
         };
-        let Forks {
-            forks,
-            hung,
-            failed,
-        } = fork_children(1000, || cell.store(2).is_ok());
-        assert_eq!(failed, 0, "a forked child's store failed");
+        let forks = fork_children(1000, || cell.store(2).is_ok());
+        assert_eq!(forks.failed, 0, "a forked child's store failed");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         churn.join().unwrap();
-        report(format!(
-            "FORKS forks={forks} hung={} at={}",
-            hung.len(),
-            hung.join(",")
-        ));
+        forks.report();
     }
     play_role!(role_forker);
     let _s = serial();
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("cell");
     let _cell = cxc_sync::SharedCell::<u64>::create(&path, 0).unwrap();
-    let mut kid = RoleCommand::new(FORK_CELL, "forker")
-        .arg("path", &path)
-        .spawn();
-    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
-    println!("{line}");
+    let line = forker_line(FORK_CELL, &path);
     assert_eq!(
         num(&line, "hung"),
         0,
@@ -594,36 +594,24 @@ fn watchdog_forked_child_of_a_scanning_process_never_hangs_in_scan() {
         }
         let wd = FailoverWatchdog::with_grace(&table, BIG).with_os_check_interval(Duration::ZERO);
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let (forks, hung, failed) = std::thread::scope(|s| {
+        let forks = std::thread::scope(|s| {
             s.spawn(|| {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     assert!(wd.scan().dead_slots.is_empty());
                 }
             });
-            let Forks {
-                forks,
-                hung,
-                failed,
-            } = fork_children(300, || wd.scan().dead_slots.is_empty());
+            let forks = fork_children(300, || wd.scan().dead_slots.is_empty());
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            (forks, hung, failed)
+            forks
         });
-        report(format!(
-            "FORKS forks={forks} hung={} failed={failed} at={}",
-            hung.len(),
-            hung.join(",")
-        ));
+        forks.report();
     }
     play_role!(role_forker);
     let _s = serial();
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("table");
     let _table = HeartbeatTable::create(&path, 16).unwrap();
-    let mut kid = RoleCommand::new(FORK_WATCHDOG, "forker")
-        .arg("path", &path)
-        .spawn();
-    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
-    println!("{line}");
+    let line = forker_line(FORK_WATCHDOG, &path);
     assert_eq!(num(&line, "hung"), 0, "a forked child hung in scan: {line}");
     assert_eq!(
         num(&line, "failed"),
@@ -652,7 +640,7 @@ fn rwlock_forked_child_of_a_process_with_blocked_writers_never_hangs() {
         let waiters = cxc_sync::SharedRwLock::<u64>::open(&path).unwrap();
         let held = holder.write();
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let (forks, hung, failed) = std::thread::scope(|s| {
+        let forks = std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -660,22 +648,14 @@ fn rwlock_forked_child_of_a_process_with_blocked_writers_never_hangs() {
                     }
                 });
             }
-            let Forks {
-                forks,
-                hung,
-                failed,
-            } = fork_children(200, || {
+            let forks = fork_children(200, || {
                 waiters.write_timeout(Duration::from_millis(30)).is_none()
             });
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            (forks, hung, failed)
+            forks
         });
         drop(held);
-        report(format!(
-            "FORKS forks={forks} hung={} failed={failed} at={}",
-            hung.len(),
-            hung.join(",")
-        ));
+        forks.report();
     }
     play_role!(role_forker);
     let _s = serial();
@@ -683,11 +663,7 @@ fn rwlock_forked_child_of_a_process_with_blocked_writers_never_hangs() {
     let path = d.path().join("rwlock");
     let opts = cxc_sync::RwLockOptions::default().grace(Duration::from_secs(3600));
     let _lock = cxc_sync::SharedRwLock::<u64>::create_with(&path, 0, &opts).unwrap();
-    let mut kid = RoleCommand::new(FORK_RWLOCK, "forker")
-        .arg("path", &path)
-        .spawn();
-    let line = kid.finish(Duration::from_secs(30)).pop().unwrap();
-    println!("{line}");
+    let line = forker_line(FORK_RWLOCK, &path);
     assert_eq!(
         num(&line, "hung"),
         0,
