@@ -106,11 +106,9 @@ pub(crate) fn run(cfg: &Config) {
     let per = cfg.wake_iters.div_ceil(BATCHES);
     note(
         "wake_batches",
-        &format!(
-            "{BATCHES} batches of {per} rounds, each after a warm-up round and a {} ms pause",
-            SETTLE.as_millis()
-        ),
+        &format!("{BATCHES} batches of {per} rounds"),
     );
+    note("wake_settle", &format!("{} ms", SETTLE.as_millis()));
     let mut same_cpu = vec![0usize; impls.len()];
     for _ in 0..BATCHES {
         for ((i, s), same) in impls

@@ -438,6 +438,13 @@ fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
         .notes
         .get("wake_batches")
         .map_or(String::new(), |b| format!(": {b}"));
+    let settle = data.notes.get("wake_settle").map_or(String::new(), |p| {
+        format!(
+            ", and the holder then waits {p} before the measured rounds, so that a thread \
+             the implementation started in its first wait no longer counts as new load for \
+             the scheduler (`benches/src/xbench/wake.rs`)"
+        )
+    });
     let _ = writeln!(
         md,
         "A waiter process blocks in its lock call on a lock the other process holds. The \
@@ -447,9 +454,7 @@ fn wake_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
          latency is from that timestamp to the waiter's timestamp taken the moment its lock \
          call returns. One sample per round (then the waiter releases and the holder locks \
          again). The implementations take turns batch by batch, a fresh waiter process per \
-         batch{batches}; each process's first round is a warm-up and not counted, and the \
-         pause after it lets a thread the implementation started in its first wait stop \
-         counting as new load for the scheduler (`benches/src/xbench/wake.rs`). The lease's waiter blocks in \
+         batch{batches}; each process's first round is a warm-up and not counted{settle}. The lease's waiter blocks in \
          `OwnerLease::acquire` and the holder releases with `release_claim`; the raw futex \
          (the floor) is a shared word the waiter `FUTEX_WAIT`s on while it is 0, the holder \
          stores 1 and `FUTEX_WAKE`s one.\n"
@@ -1161,6 +1166,7 @@ mod tests {
             .insert("wake_margin".into(), "2.03 ms (test)".into());
         data.notes
             .insert("wake_batches".into(), "4 batches of 100 rounds".into());
+        data.notes.insert("wake_settle".into(), "150 ms".into());
         for (k, n) in [("lease", 390), ("raw_futex", 398)] {
             data.notes.insert(
                 format!("wake_same_cpu/{k}"),
@@ -1172,6 +1178,9 @@ mod tests {
         assert!(md.contains("releasing process's CPU (the rest on the other, idle CPU, a cross-CPU wake-up): lease 390 of 400; raw_futex 398 of 400."));
         assert!(md.contains("waits a further 2.03 ms (test), so"));
         assert!(md.contains("a fresh waiter process per batch: 4 batches of 100 rounds;"));
+        assert!(
+            md.contains("not counted, and the holder then waits 150 ms before the measured rounds")
+        );
         assert!(md.contains(
             "| OwnerLease (blocking acquire) | 13.00 µs | 40.00 µs | 1.30 | ≤ 1.3 | met | 400 |"
         ));
