@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use crate::{cargo, root};
 
+pub(crate) mod compare;
 mod quote;
 mod report;
 

@@ -1,7 +1,9 @@
 //! `cargo xtask`: project automation.
 //!
 //! Tasks: `loom` (all loom models under `cfg(cxc_loom)`, own target dir); `bench`
-//! (criterion benches + cross-process harness, writes `docs/BENCHMARKS.md`); `fuzz`
+//! (criterion benches + cross-process harness, writes `docs/BENCHMARKS.md`);
+//! `bench-compare` (that report's ratios of an earlier revision against this tree's,
+//! measured in turns on this machine); `fuzz`
 //! (cargo-fuzz targets, nightly); `torture` (kills processes at random points and checks
 //! the invariants; `torture-supervise` and `torture-worker` are its own child roles).
 
@@ -52,6 +54,9 @@ enum Task {
     },
     /// The criterion benches and the cross-process harness; writes the report.
     Bench(bench::Args),
+    /// The bench report's ratios of an earlier revision and of this tree, measured in
+    /// turns on this machine; flags every ratio worse by more than 10 %.
+    BenchCompare(bench::compare::Args),
     /// The cargo-fuzz targets (nightly).
     Fuzz(fuzz::Args),
     /// Kills, pauses and restarts workers of every primitive and checks the invariants.
@@ -102,6 +107,7 @@ fn main() -> ExitCode {
     match Task::parse() {
         Task::Loom { args } => loom(&args),
         Task::Bench(a) => bench::run(&a),
+        Task::BenchCompare(a) => bench::compare::run(&a),
         Task::Fuzz(a) => fuzz::run(&a),
         Task::Torture(a) => torture::run(a),
         Task::TortureSupervise(a) => torture::supervise(a),
@@ -125,6 +131,8 @@ mod tests {
             "bench",
             "bench --quick",
             "bench --quick --out some/dir --no-criterion --no-xbench",
+            "bench-compare --base 01e14b8",
+            "bench-compare --base HEAD~3 --rounds 3 --quick --out d",
             "fuzz --seconds 8",
             "fuzz --seconds 8 --target open_lease --target inspect",
             "torture --seconds 60",
@@ -145,6 +153,8 @@ mod tests {
             "torture --primitive bogus",
             "torture --seed zz",
             "bench --fast",
+            "bench-compare",
+            "bench-compare --base x --rounds 0",
             "nothing",
         ] {
             assert!(parse(bad).is_err(), "`cargo xtask {bad}` parsed");
