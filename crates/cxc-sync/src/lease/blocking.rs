@@ -95,13 +95,20 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.acquire_slow(me, grace, timeout, spin)
     }
 
-    /// One claim attempt that never asks the OS whether the holder lives (the spinning
-    /// attempts; the slow path checks holder death).
+    /// One claim attempt that never asks the OS whether the holder lives (the first
+    /// attempt of a blocking claim; the slow path checks holder death).
     #[inline]
     fn try_claim_without_os_check(&self, me: Claimant, grace: u64) -> Option<Granted> {
         // From the handle's guess of the word (see `claim_as`).
+        self.try_claim_from(Word(self.hot.load(std::sync::atomic::Ordering::Relaxed)), me, grace)
+    }
+
+    /// [`try_claim_without_os_check`](Self::try_claim_without_os_check) from the word
+    /// `guess`.
+    #[inline]
+    fn try_claim_from(&self, guess: Word, me: Claimant, grace: u64) -> Option<Granted> {
         let g = self.state().try_claim(
-            Word(self.hot.load(std::sync::atomic::Ordering::Relaxed)),
+            guess,
             self.policy(),
             me,
             grace,
@@ -133,8 +140,22 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         } else {
             Duration::ZERO
         };
+        // A spinning attempt loads the word and tries to claim only when there is
+        // something to try: the lease is vacant, or held by a claim not yet judged (a
+        // preemption or a stale holder can be taken over without the OS), or every 64th
+        // attempt (the holder's heartbeat may have gone stale meanwhile). A held lease
+        // costs the spinner one load, and the holder's cache line stays where it is
+        // until the release (a failing CAS per attempt would pull it away each time).
+        let mut judged = None;
+        let mut attempts = 0u32;
         if let Some(g) = crate::park::spin_for(budget, started, || {
-            self.try_claim_without_os_check(me, grace)
+            let cur = st.word();
+            attempts = attempts.wrapping_add(1);
+            if !cur.is_vacant() && judged == Some(cur.id()) && attempts % 64 != 0 {
+                return None;
+            }
+            judged = Some(cur.id());
+            self.try_claim_from(cur, me, grace)
         }) {
             self.note_grant(&g);
             self.note(
