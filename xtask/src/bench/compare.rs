@@ -87,10 +87,12 @@ fn compare(opts: &Args) -> Result<PathBuf, String> {
             eprintln!("xtask bench-compare: round {round}/{}, {name}", opts.rounds);
             let mut cmd = cargo();
             cmd.current_dir(dir)
-                // The base tree builds into its own target dir (its sources differ).
-                .env_remove("CARGO_TARGET_DIR")
                 .args(["xtask", "bench", "--out"])
                 .arg(&out);
+            if name == "base" {
+                // The base tree builds into its own target dir (its sources differ).
+                cmd.env_remove("CARGO_TARGET_DIR");
+            }
             if opts.quick {
                 cmd.arg("--quick");
             }
