@@ -295,6 +295,21 @@ impl LeaseState {
         crate::park::wake(&self.wake, 1, self.model().as_ref());
     }
 
+    /// After the epoch counter moved (`tick_epoch`): the holder may have gone stale, so
+    /// every sleeper looks again. The RMW on the claim word orders the tick with a
+    /// waiter's re-check as a release's CAS does (`park.rs`): either the waiter's
+    /// re-check comes later in the claim word's order and then its read of the epoch
+    /// sees the tick, or it comes first and then the sleepers flag it set before is seen
+    /// here. Waking all: a waiter that finds the holder still fresh sleeps again, and
+    /// one in a stopped process cannot keep the others from looking.
+    pub(crate) fn wake_after_tick(&self) {
+        // SYNC: park (RMW on the claim word after the epoch's; pairs with `recheck`).
+        self.claim.fetch_add(0, Ordering::SeqCst);
+        if crate::park::has_sleepers(&self.wake) {
+            crate::park::wake(&self.wake, u32::MAX, self.model().as_ref());
+        }
+    }
+
     /// A blocked claimant's re-check after `park::announce`: the claim word read with a
     /// read-modify-write, so that it is ordered with every release CAS (see `park.rs`).
     #[inline]

@@ -180,7 +180,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Seed API: advances the file's epoch counter by one and returns the new epoch.
     #[inline]
     pub fn tick_epoch(&self) -> u64 {
-        self.clock.tick(&self.state().epoch)
+        let epoch = self.clock.tick(&self.state().epoch);
+        // The holder may be stale now: waiters look again instead of at their next poll.
+        self.state().wake_after_tick();
+        epoch
     }
 
     /// The current epoch (manual counter, or clock ticks plus the counter).

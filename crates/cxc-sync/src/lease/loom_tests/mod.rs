@@ -430,6 +430,50 @@ fn loom_no_lost_wakeup() {
     });
 }
 
+/// No lost wake-up when the epoch moves instead of the claim: a waiter sleeps behind a
+/// fresh holder (grace 1 epoch, manual epochs) and is woken by the `tick_epoch` that
+/// makes the holder stale, whatever the interleaving; it then takes the lease over. The
+/// waiter reads the epoch after its re-check, as the blocking path and the async
+/// reactor's check do.
+#[test]
+fn loom_tick_wakes_a_waiter_of_a_holder_it_makes_stale() {
+    loom::model(|| {
+        let (s, c1, _) = held_by_20(NEVER, 1);
+        let _ = holder(&s, 30);
+        let (_, c2) = race(
+            &s,
+            |s1| {
+                // Two ticks: stale once the epoch is more than 1 past the heartbeat.
+                s1.epoch.fetch_add(2, Ordering::SeqCst);
+                s1.wake_after_tick();
+            },
+            |s2| {
+                let me = Claimant {
+                    holder: holder(s2, 30),
+                    pid: 30,
+                    private: false,
+                };
+                loop {
+                    let seq = crate::park::announce(&s2.wake);
+                    s2.recheck();
+                    let now = s2.epoch.load(Ordering::Acquire);
+                    if let Some(g) = s2.try_claim(s2.word(), NEVER, me, 1, now, unknown, false) {
+                        return s2.claim_for(g.word, g.torn, 30);
+                    }
+                    crate::park::sleep(
+                        &s2.wake,
+                        seq,
+                        std::time::Duration::ZERO,
+                        s2.model().as_ref(),
+                    );
+                }
+            },
+        );
+        assert_ne!(c2.id, c1.id);
+        assert_eq!(s.word().id(), c2.id);
+    });
+}
+
 /// Two sleepers and two handovers: waking one at a time loses no one (the woken waiter
 /// announces again before it claims, so its own release wakes the next).
 #[test]
