@@ -107,6 +107,22 @@ impl EpochClock {
         self.clock_part().wrapping_add(manual)
     }
 
+    /// How long until [`now`](Self::now) reaches `epoch` by the clock alone (the counter
+    /// as it is now): zero if it has; `None` in manual mode, where only `tick_epoch()`
+    /// moves the epoch.
+    #[cfg(feature = "async")]
+    pub(crate) fn until(&self, counter: &AtomicU64, epoch: u64) -> Option<Duration> {
+        if self.tick_ns == 0 {
+            return None;
+        }
+        let Some(clock_epoch) = epoch.checked_sub(counter.load(Ordering::Acquire)) else {
+            return Some(Duration::ZERO);
+        };
+        // Epoch `e` of the clock starts at `e * tick` ns of CLOCK_MONOTONIC.
+        let at = clock_epoch.saturating_mul(self.tick_ns);
+        Some(Duration::from_nanos(at.saturating_sub(monotonic_ns())))
+    }
+
     /// Clock ticks elapsed (0 in manual mode, without reading the clock).
     #[inline]
     fn clock_part(&self) -> u64 {

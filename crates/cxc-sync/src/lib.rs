@@ -23,8 +23,8 @@
 mod asyncs;
 #[cfg(all(feature = "async", not(cxc_loom)))]
 pub use asyncs::{
-    AcquireFuture, LeaseLost, LockFuture, MAX_WORDS as ASYNC_MAX_FILES, OwnedLockFuture,
-    ReadFuture, TICK as ASYNC_TICK, WriteFuture, async_waiters, block_on,
+    AcquireFuture, IDLE_MAX as ASYNC_IDLE_MAX, LeaseLost, LockFuture, MAX_WORDS as ASYNC_MAX_FILES,
+    OwnedLockFuture, ReadFuture, TICK as ASYNC_TICK, WriteFuture, async_waiters, block_on,
 };
 pub mod backend;
 #[cfg(not(cxc_loom))]

@@ -164,6 +164,207 @@ fn idle_waiters_cost_no_cpu() {
     assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
 }
 
+/// The same on a lease of the seed API (`OwnerLease::create`: manual epochs, where only
+/// `tick_epoch()` moves time): 2,000 idle waiters use under 1 % of one core, and the
+/// `tick_epoch()` that makes the holder stale wakes them at once (it wakes the sleepers
+/// of the lease), not at the reactor's next poll.
+#[test]
+fn manual_epoch_idle_waiters_cost_no_cpu_and_a_tick_wakes_them() {
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let lease = Arc::new(OwnerLease::create(dir.path().join("l"), 0u64).unwrap());
+    let held = lease.try_lock().unwrap();
+    let old = held.token();
+    let got = Arc::new(AtomicU32::new(0));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..2_000)
+            .map(|_| {
+                let (l, got) = (lease.clone(), got.clone());
+                tokio::spawn(async move {
+                    let g = l.lock_owned_async().await;
+                    got.fetch_add(1, Ordering::SeqCst);
+                    g.token()
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let c0 = cpu();
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let used = cpu() - c0;
+        let wall = t0.elapsed();
+        let pct = used.as_secs_f64() / wall.as_secs_f64() * 100.0;
+        println!("2,000 idle waiters, manual epochs: {used:?} CPU over {wall:?} = {pct:.2} %");
+        assert!(pct < 1.0, "idle waiters used {pct:.2} % of a core");
+        assert_eq!(got.load(Ordering::SeqCst), 0, "a waiter took a fresh lease");
+        // Past the grace in epochs: the held guard is stale now.
+        for _ in 0..=cxc_sync::DEFAULT_GRACE_EPOCHS {
+            lease.tick_epoch();
+        }
+        let ticked = Instant::now();
+        while got.load(Ordering::SeqCst) == 0 && ticked.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let took = ticked.elapsed();
+        println!("first takeover {took:?} after the tick");
+        assert!(took < Duration::from_millis(100), "took {took:?}");
+        for t in tasks {
+            assert!(t.await.unwrap() > old);
+        }
+        assert_eq!(got.load(Ordering::SeqCst), 2_000);
+        // Five more rounds of one waiter, ticked at random moments of the reactor's
+        // sleep (a poll every `ASYNC_IDLE_MAX` instead would be late by 0–200 ms: all
+        // six takeovers under 100 ms about once in 64 runs).
+        let mut rng = Rng::for_test();
+        for _ in 0..5 {
+            let g = lease.try_lock().expect("free after the 2,000");
+            let l = lease.clone();
+            let waiter = tokio::spawn(async move { l.lock_owned_async().await.token() });
+            tokio::time::sleep(Duration::from_millis(20 + rng.below(200))).await;
+            assert!(!waiter.is_finished(), "a waiter took a fresh lease");
+            for _ in 0..=cxc_sync::DEFAULT_GRACE_EPOCHS {
+                lease.tick_epoch();
+            }
+            let ticked = Instant::now();
+            let token = waiter.await.unwrap();
+            let took = ticked.elapsed();
+            assert!(token > g.token());
+            assert!(took < Duration::from_millis(100), "took {took:?}");
+        }
+    });
+    drop(held);
+    assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
+}
+
+/// 2,000 `acquire_async` waiters idle for 2 s, the only permit held by another process,
+/// use under 1 % of one core (the reactor watches the holder's pidfd instead of polling
+/// the holder table); when that holder is killed its permit comes back within 100 ms,
+/// and every waiter then gets its turn.
+#[test]
+fn idle_semaphore_waiters_cost_no_cpu_and_a_killed_holder_frees_them() {
+    if in_role("permit") {
+        let sem = SharedSemaphore::open(path_arg("path")).unwrap();
+        let _p = sem.acquire();
+        report("holding");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let sem = Arc::new(SharedSemaphore::create(&path, 1, 1).unwrap());
+    let mut kid = RoleCommand::new(
+        "idle_semaphore_waiters_cost_no_cpu_and_a_killed_holder_frees_them",
+        "permit",
+    )
+    .arg("path", &path)
+    .spawn();
+    assert_eq!(kid.next_report(Duration::from_secs(10)), "holding");
+    let done = Arc::new(AtomicU32::new(0));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..2_000)
+            .map(|_| {
+                let (sem, done) = (sem.clone(), done.clone());
+                tokio::spawn(async move {
+                    let _p = sem.acquire_async().await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let c0 = cpu();
+        let t0 = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let used = cpu() - c0;
+        let wall = t0.elapsed();
+        let pct = used.as_secs_f64() / wall.as_secs_f64() * 100.0;
+        println!("2,000 idle permit waiters: {used:?} CPU over {wall:?} = {pct:.2} %");
+        assert!(pct < 1.0, "idle permit waiters used {pct:.2} % of a core");
+        assert_eq!(done.load(Ordering::SeqCst), 0, "a waiter got a held permit");
+        let killed = Instant::now();
+        kid.kill();
+        while done.load(Ordering::SeqCst) == 0 && killed.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let took = killed.elapsed();
+        println!("first permit {took:?} after the holder's SIGKILL");
+        assert!(took < Duration::from_millis(100), "took {took:?}");
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(done.load(Ordering::SeqCst), 2_000);
+    assert_eq!(sem.available(), 1);
+    assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
+}
+
+/// An async waiter behind a holder that beats takes the lease only once the holder stops
+/// (SIGSTOP), and then as soon as the heartbeat is older than the grace: the reactor
+/// sleeps until that moment instead of polling (within one 10 ms epoch plus scheduling;
+/// a poll every `ASYNC_IDLE_MAX` would be up to 200 ms late).
+#[test]
+fn async_waiter_takes_a_stopped_holders_lease_when_it_goes_stale() {
+    const GRACE: Duration = Duration::from_millis(300);
+    let builder = |p: &std::path::Path| {
+        LeaseBuilder::new(p).grace(GRACE).epoch(EpochMode::Clock {
+            tick: Duration::from_millis(10),
+        })
+    };
+    if in_role("beater") {
+        let l: OwnerLease<u64> = builder(&path_arg("path")).open().unwrap();
+        let g = l.lock();
+        report("holding");
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            g.beat().unwrap();
+        }
+    }
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    let lease: OwnerLease<u64> = builder(&path).create(0).unwrap();
+    let mut kid = RoleCommand::new(
+        "async_waiter_takes_a_stopped_holders_lease_when_it_goes_stale",
+        "beater",
+    )
+    .arg("path", &path)
+    .spawn();
+    assert_eq!(kid.next_report(Duration::from_secs(10)), "holding");
+    let stopped = std::sync::Mutex::new(None::<Instant>);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let g = block_on(lease.lock_async());
+            let t = Instant::now();
+            drop(g);
+            t
+        });
+        // Three graces with the holder beating: the waiter must still be waiting.
+        std::thread::sleep(GRACE * 3);
+        assert!(
+            !waiter.is_finished(),
+            "took the lease of a holder that beats"
+        );
+        *stopped.lock().unwrap() = Some(Instant::now());
+        kid.stop();
+        let got = waiter.join().unwrap();
+        let took = got.duration_since(stopped.lock().unwrap().unwrap());
+        println!("async takeover {took:?} after SIGSTOP (grace {GRACE:?})");
+        assert!(
+            took < GRACE + Duration::from_millis(100),
+            "took {took:?}, grace {GRACE:?}"
+        );
+    });
+    kid.kill();
+}
+
 /// Futures dropped at random points while waiting leave nothing behind: afterwards the
 /// lease is free, a blocking `lock` succeeds at once, and no waiter stays registered.
 #[test]

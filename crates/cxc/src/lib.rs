@@ -115,8 +115,8 @@ pub use cxc_mmf::{Kind, MmfError};
 /// Async waiting (feature `async`, `docs/async.md`).
 #[cfg(feature = "async")]
 pub use cxc_sync::{
-    ASYNC_MAX_FILES, ASYNC_TICK, AcquireFuture, LeaseLost, LockFuture, OwnedLockFuture, ReadFuture,
-    WriteFuture, async_waiters, block_on,
+    ASYNC_IDLE_MAX, ASYNC_MAX_FILES, ASYNC_TICK, AcquireFuture, LeaseLost, LockFuture,
+    OwnedLockFuture, ReadFuture, WriteFuture, async_waiters, block_on,
 };
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use super::reactor::{Check, Waiting};
+use super::reactor::{Check, Next, TICK, Waiting};
 use crate::lease::{LeaseGuard, OwnedLeaseGuard, OwnerLease};
 
 /// Tag of the lock group of a lease's wake word.
@@ -144,12 +144,11 @@ impl Future for LeaseLost<'_> {
         // tick per guard that awaits its loss.
         this.ticket.arm(this.key, cx.waker(), || {
             let mut last = std::time::Instant::now();
-            Box::new(move || {
-                if last.elapsed() >= super::reactor::TICK {
+            Box::new(move || match TICK.checked_sub(last.elapsed()) {
+                Some(left) if !left.is_zero() => Next::Within(left),
+                _ => {
                     last = std::time::Instant::now();
-                    true
-                } else {
-                    false
+                    Next::Now
                 }
             })
         });

@@ -13,7 +13,7 @@ mod semaphore;
 
 pub use lease::{LeaseLost, LockFuture, OwnedLockFuture};
 pub(crate) use reactor::forget_words;
-pub use reactor::{MAX_WORDS, TICK};
+pub use reactor::{IDLE_MAX, MAX_WORDS, TICK};
 pub use rwlock::{ReadFuture, WriteFuture};
 pub use semaphore::AcquireFuture;
 

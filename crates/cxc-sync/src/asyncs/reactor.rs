@@ -2,28 +2,33 @@
 //!
 //! Async waiters of a primitive form a *group* keyed by the primitive's wake word (and a
 //! tag, e.g. one claim for `lost()`); a group has a *check* (may a waiter make progress
-//! now? — e.g. "the lease is vacant, stale, or its holder is dead"). The reactor thread,
-//! for every group with waiters and none in flight, runs the parking protocol of
-//! `park.rs` on the group's behalf: it sets the sleepers flag in the wake word
-//! ([`park::announce`]), runs the check (which re-checks the state word with a
-//! read-modify-write), and either wakes the group's first waiter (FIFO) or adds the word
-//! to one `futex_waitv` call over every group (at most [`MAX_WORDS`]), with a timeout of
-//! [`TICK`] so that time-based conditions (a stale heartbeat) are seen. A release bumps
-//! the wake word (the flag is set), which ends the `futex_waitv`. The death-watch thread
-//! waits in `epoll` on the pidfds of the holders that checks found (one-shot) and kicks the
-//! reactor when one exits, so a crashed holder is replaced at once.
+//! now? — e.g. "the lease is vacant, stale, or its holder is dead"; if not, how long
+//! until time alone could change that). The reactor thread, for every group with waiters
+//! and none in flight, runs the parking protocol of `park.rs` on the group's behalf: it
+//! sets the sleepers flag in the wake word ([`park::announce`]), runs the check (which
+//! re-checks the state word with a read-modify-write), and either wakes the group's first
+//! waiter (FIFO) or adds the word to one `futex_waitv` call over every group (at most
+//! [`MAX_WORDS`]). The wait's timeout is the soonest moment a check asked to be run again
+//! ([`Next::Within`]: a lease's heartbeat going stale, a poll of what no event announces),
+//! and at most [`IDLE_MAX`], so idle waiters cost a few wake-ups a second, not one per
+//! [`TICK`]. A release bumps the wake word (the flag is set), which ends the
+//! `futex_waitv`. The death-watch thread waits in `epoll` on the pidfds of the holders
+//! that checks found (one-shot) and kicks the reactor when one exits, so a crashed holder
+//! is replaced at once.
 //!
 //! So 10,000 waiters on 100 files cost two threads; an idle group costs one check per
-//! [`TICK`]. Past [`MAX_WORDS`] wake words the reactor still checks every group each
-//! tick, but groups beyond the limit are only looked at every [`TICK`] (25 ms) instead of
-//! being woken at once by a release.
+//! wake-up of the reactor. Past [`MAX_WORDS`] wake words the reactor still checks every
+//! group, but groups beyond the limit are only looked at every [`TICK`] (25 ms) instead
+//! of being woken at once by a release.
 //!
 //! A waiter is woken alone: it polls, and either makes progress (and leaves its group) or
 //! re-arms. A waiter dropped while in flight hands the turn to the next one, or, if it
 //! was the last of its group, on to the sleepers of other processes (`announce` + wake on
 //! the word). A release wakes one sleeper of the word, which may be this reactor after
 //! the group it slept for emptied: the reactor then hands that wake-up on the same way,
-//! so no other process's waiter is left asleep with the lease or a permit free.
+//! so no other process's waiter is left asleep with the lease or a permit free. A wake-up
+//! lost for good (a waiter of another process killed between being woken and handing it
+//! on) delays this process's waiters by at most [`IDLE_MAX`].
 //!
 //! Words are touched only while their mapping is known alive: a handle that goes away
 //! first removes its words and every group on them ([`forget_words`], from its `Drop`,
@@ -35,7 +40,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -46,12 +51,38 @@ use crate::park;
 /// Wake words the reactor sleeps on at once: `futex_waitv` takes at most 128 futexes, one
 /// of which is the reactor's own bell.
 pub const MAX_WORDS: usize = 127;
-/// How often the reactor runs every group's check even without a wake-up.
+/// The re-check interval of conditions that only polling can see (a holder whose pidfd
+/// cannot be opened, a `lost()` waiter, a rwlock's periodic checks), and of groups past
+/// [`MAX_WORDS`], which no release wakes.
 pub const TICK: Duration = Duration::from_millis(25);
+/// The longest the reactor sleeps without a wake-up, whatever the checks say: bounds how
+/// long a wake-up lost for good (see the module documentation) delays a waiter.
+pub const IDLE_MAX: Duration = Duration::from_millis(200);
+/// The shortest timed sleep, so that a check whose moment is due but not yet seen (clock
+/// rounding) does not make the reactor spin.
+const MIN_SLEEP: Duration = Duration::from_millis(1);
 
-/// A group's check: `true` when its first waiter should poll again. Called only by the
-/// reactor thread, with the registry locked.
-pub(crate) type Check = Box<dyn FnMut() -> bool + Send>;
+/// What a group's check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// The first waiter should poll again now.
+    Now,
+    /// Nothing to do until the wake word changes, the reactor is kicked (a watched
+    /// holder died), or this long has passed (time alone may change the verdict then).
+    Within(Duration),
+}
+
+impl Next {
+    /// `Now` if `ready`, else look again within one [`TICK`] (conditions only polling
+    /// sees).
+    pub(crate) fn ticking(ready: bool) -> Next {
+        if ready { Next::Now } else { Next::Within(TICK) }
+    }
+}
+
+/// A group's check (see [`Next`]). Called only by the reactor thread, with the registry
+/// locked.
+pub(crate) type Check = Box<dyn FnMut() -> Next + Send>;
 
 /// A group: the waiters of one wake word (and tag).
 struct Group {
@@ -147,6 +178,9 @@ pub(crate) struct Reactor {
     groups: Mutex<Groups>,
     /// The reactor's own futex word (process-private): bumped to make it look again.
     bell: AtomicU32,
+    /// Wake-ups of the death watch (a watched pidfd became readable), so a check that
+    /// watches many holders polls their pidfds only after one.
+    deaths: AtomicU64,
     epoll: Option<std::os::fd::OwnedFd>,
 }
 
@@ -189,6 +223,7 @@ fn start() -> &'static Reactor {
             pid: me,
             groups: Mutex::new(Groups::default()),
             bell: AtomicU32::new(0),
+            deaths: AtomicU64::new(0),
             epoll,
         }));
         // Lock-free publication (a lock could be held across `fork` by another thread);
@@ -304,6 +339,13 @@ impl Reactor {
         self.lock().map.values().map(|g| g.waiters.len()).sum()
     }
 
+    /// How many times the death watch saw a watched process exit (compare two reads: a
+    /// change means some pidfd registered with [`watch_death`](Self::watch_death) became
+    /// readable in between, or just before the first read).
+    pub(crate) fn deaths(&self) -> u64 {
+        self.deaths.load(Ordering::SeqCst)
+    }
+
     /// Registers a holder's pidfd (one-shot) so its death kicks the reactor.
     pub(crate) fn watch_death(&self, fd: std::os::fd::BorrowedFd<'_>) {
         use rustix::event::epoll;
@@ -327,7 +369,10 @@ impl Reactor {
         loop {
             match epoll::wait(ep, &mut events[..], None) {
                 Ok(0) | Err(rustix::io::Errno::INTR) => {}
-                Ok(_) => self.kick(),
+                Ok(_) => {
+                    self.deaths.fetch_add(1, Ordering::SeqCst);
+                    self.kick();
+                }
                 Err(_) => std::thread::sleep(TICK),
             }
         }
@@ -341,6 +386,7 @@ impl Reactor {
             let bell = self.bell.load(Ordering::SeqCst);
             waits.clear();
             slept.clear();
+            let mut nap = IDLE_MAX;
             let mut bell_wait = futex::Wait::new();
             bell_wait.val = u64::from(bell);
             bell_wait.uaddr = futex::WaitPtr::new(self.bell.as_ptr().cast());
@@ -357,22 +403,28 @@ impl Reactor {
                     // and we hold the registry lock, so the group cannot go away now.
                     let word = unsafe { &*(group.word as *const AtomicU32) };
                     let announced = park::announce(word);
-                    if (group.check)() {
-                        let (id, waker) = &group.waiters[0];
-                        group.in_flight = Some(*id);
-                        waker.wake_by_ref();
-                    } else if waits.len() <= MAX_WORDS {
-                        let mut w = futex::Wait::new();
-                        w.val = u64::from(announced);
-                        w.uaddr = futex::WaitPtr::new(group.word as *mut core::ffi::c_void);
-                        // Shared (not PRIVATE): the word lives in a MAP_SHARED file mapping.
-                        w.flags = futex::WaitFlags::SIZE_U32;
-                        waits.push(w);
-                        slept.push((*key, group.word, announced));
+                    match (group.check)() {
+                        Next::Now => {
+                            let (id, waker) = &group.waiters[0];
+                            group.in_flight = Some(*id);
+                            waker.wake_by_ref();
+                        }
+                        Next::Within(d) if waits.len() <= MAX_WORDS => {
+                            nap = nap.min(d);
+                            let mut w = futex::Wait::new();
+                            w.val = u64::from(announced);
+                            w.uaddr = futex::WaitPtr::new(group.word as *mut core::ffi::c_void);
+                            // Shared (not PRIVATE): the word lives in a MAP_SHARED mapping.
+                            w.flags = futex::WaitFlags::SIZE_U32;
+                            waits.push(w);
+                            slept.push((*key, group.word, announced));
+                        }
+                        // Past the limit no release wakes the group: look every tick.
+                        Next::Within(d) => nap = nap.min(d).min(TICK),
                     }
                 }
             }
-            let deadline = monotonic_after(TICK);
+            let deadline = monotonic_after(nap.max(MIN_SLEEP));
             let _ = futex::waitv(
                 &waits,
                 futex::WaitvFlags::empty(),

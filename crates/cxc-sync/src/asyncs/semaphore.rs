@@ -5,7 +5,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::reactor::Waiting;
+use super::reactor::{IDLE_MAX, Next, Waiting};
+use crate::semaphore::HolderWatch;
 use crate::semaphore::{Permit, SharedSemaphore};
 
 /// The future of [`SharedSemaphore::acquire_async`].
@@ -49,6 +50,7 @@ impl<'a> Future for AcquireFuture<'a> {
         let key = (sem.wake_addr(), 0);
         this.ticket.arm(key, cx.waker(), || {
             let handle = std::ptr::from_ref(sem) as usize;
+            let mut watch = HolderWatch::default();
             let mut last_reclaim = Instant::now();
             Box::new(move || {
                 // SAFETY: every waiter of this group borrows the handle at `handle` (the
@@ -60,18 +62,34 @@ impl<'a> Future for AcquireFuture<'a> {
                 // as the blocking path does, instead of waking the waiter in a loop.
                 let slotted = sem.has_slot();
                 if slotted && sem.recheck_available() > 0 {
-                    return true;
+                    return Next::Now;
                 }
-                if last_reclaim.elapsed() >= crate::semaphore::RECLAIM_EVERY {
-                    last_reclaim = Instant::now();
-                    let freed = sem.reclaim_dead() > 0;
-                    return if slotted {
-                        freed
-                    } else {
-                        sem.try_register() && sem.recheck_available() > 0
-                    };
+                // Reclaim when a watched holder died; poll the table as the blocking
+                // path does only while some holder has no pidfd, else every `IDLE_MAX`
+                // (a holder that registered after the last look and died before the
+                // next is found then).
+                let watched = sem.watch_holders(&mut watch);
+                let every = if watched.all {
+                    IDLE_MAX
+                } else {
+                    crate::semaphore::RECLAIM_EVERY
+                };
+                let since = last_reclaim.elapsed();
+                if !watched.died && since < every {
+                    return Next::Within(every - since);
                 }
-                false
+                last_reclaim = Instant::now();
+                let freed = sem.reclaim_dead() > 0;
+                let ready = if slotted {
+                    freed
+                } else {
+                    sem.try_register() && sem.recheck_available() > 0
+                };
+                if ready {
+                    Next::Now
+                } else {
+                    Next::Within(every)
+                }
             })
         });
         Poll::Pending

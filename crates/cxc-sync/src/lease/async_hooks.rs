@@ -6,6 +6,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::file::OwnerLease;
 use super::state::LeaseState;
+use crate::asyncs::reactor::{IDLE_MAX, Next, TICK};
 use crate::epoch::{EpochClock, EpochMode};
 use crate::primitive::Ordering;
 
@@ -37,22 +38,34 @@ impl LeaseState {
     /// claim could succeed: vacant, stale by more than `grace`, or the holder's whole
     /// process gone. `watch` caches a pidfd of the current holder, registered with the
     /// reactor's death watch so that the holder's exit wakes the reactor at once.
+    ///
+    /// If not, the check asks to run again when the heartbeat goes stale by the clock
+    /// (clock epochs; manual epochs move only by `tick_epoch()`, which wakes the
+    /// sleepers of the word, so then only the reactor's [`IDLE_MAX`] applies), and every
+    /// [`TICK`] if the holder's death cannot be watched (no pidfd) but can be polled.
     pub(crate) fn claimable(
         &self,
         clock: &EpochClock,
         grace: u64,
         watch: &mut Option<(Identity, Option<PidWatch>)>,
-    ) -> bool {
+    ) -> Next {
         let w = self.recheck();
         if w.is_vacant() {
-            return true;
+            return Next::Now;
         }
         let now = clock.now(&self.epoch);
-        if now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) > grace {
-            return true;
+        let beat = self.heartbeat.load(Ordering::Acquire);
+        if now.saturating_sub(beat) > grace {
+            return Next::Now;
         }
+        // Stale once the epoch passes `beat + grace`. A beat meanwhile only moves that
+        // later: the reactor then looks once more, early, and waits again.
+        let stale_in = clock
+            .until(&self.epoch, beat.saturating_add(grace).saturating_add(1))
+            .unwrap_or(IDLE_MAX);
         let Some(id) = self.holder_identity(w) else {
-            return false;
+            // No recorded identity (heartbeat path): only staleness can free the lease.
+            return Next::Within(stale_in);
         };
         if watch.as_ref().is_none_or(|(c, _)| *c != id) {
             let pw = PidWatch::open(&id);
@@ -61,10 +74,22 @@ impl LeaseState {
             }
             *watch = Some((id, pw));
         }
-        match watch {
+        let dead = match watch {
             Some((_, Some(p))) => p.is_dead(),
-            Some((id, None)) => liveness(id) == Liveness::Dead,
+            Some((id, None)) => {
+                if liveness(id) == Liveness::Dead {
+                    true
+                } else {
+                    // No pidfd: the holder's death is seen only by polling.
+                    return Next::Within(stale_in.min(TICK));
+                }
+            }
             None => false,
+        };
+        if dead {
+            Next::Now
+        } else {
+            Next::Within(stale_in)
         }
     }
 }

@@ -13,7 +13,7 @@ use super::handle::SharedRwLock;
 use super::layout::ctr;
 use super::wait::{CHECK_EVERY, Watch};
 use super::word::Word;
-use crate::asyncs::reactor::Check;
+use crate::asyncs::reactor::{Check, Next};
 
 /// A write claim installed by an async writer that still waits for readers to leave
 /// (new readers already back off).
@@ -92,12 +92,13 @@ fn readers_gone<T>(handle: usize, claim: u64, next: &mut Instant) -> bool {
 /// Non-generic, so the closure holds no type parameter and is `'static`.
 fn waiting_check(handle: usize, f: fn(usize, &mut Watch) -> bool) -> Check {
     let mut watch = Watch::new();
-    Box::new(move || f(handle, &mut watch))
+    // The writer's death and stall are found by the periodic checks of `Watch`: every tick.
+    Box::new(move || Next::ticking(f(handle, &mut watch)))
 }
 
 fn draining_check(handle: usize, claim: u64, f: fn(usize, u64, &mut Instant) -> bool) -> Check {
     let mut next = Instant::now() + CHECK_EVERY;
-    Box::new(move || f(handle, claim, &mut next))
+    Box::new(move || Next::ticking(f(handle, claim, &mut next)))
 }
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SharedRwLock<T> {

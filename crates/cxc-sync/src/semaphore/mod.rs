@@ -59,4 +59,6 @@ crate::macros::not_loom! {
     pub use stats::{HolderInfo, SemaphoreStats};
 }
 #[cfg(all(feature = "async", not(cxc_loom)))]
+pub(crate) use async_hooks::HolderWatch;
+#[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use ops::RECLAIM_EVERY;
