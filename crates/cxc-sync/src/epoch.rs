@@ -110,7 +110,6 @@ impl EpochClock {
     /// How long until [`now`](Self::now) reaches `epoch` by the clock alone (the counter
     /// as it is now): zero if it has; `None` in manual mode, where only `tick_epoch()`
     /// moves the epoch.
-    #[cfg(feature = "async")]
     pub(crate) fn until(&self, counter: &AtomicU64, epoch: u64) -> Option<Duration> {
         if self.tick_ns == 0 {
             return None;

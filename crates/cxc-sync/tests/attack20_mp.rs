@@ -757,7 +757,9 @@ fn cell_writer_threads_exiting_and_replaced_reuse_lanes_never_tear_nor_run_out()
         static STORES: AtomicU64 = AtomicU64::new(0);
         report("ready");
         let mut batch = 0u64;
-        while !stop.exists() {
+        // At least one batch, even if the stop file came at once (a churner started in
+        // the parent's last round must still have stored something).
+        loop {
             batch += 1;
             let ts: Vec<_> = (0..6u64)
                 .map(|t| {
@@ -774,6 +776,9 @@ fn cell_writer_threads_exiting_and_replaced_reuse_lanes_never_tear_nor_run_out()
                 .collect();
             for t in ts {
                 t.join().unwrap();
+            }
+            if stop.exists() {
+                break;
             }
         }
         report(format!(

@@ -55,9 +55,12 @@ pub const MAX_WORDS: usize = 127;
 /// cannot be opened, a `lost()` waiter, a rwlock's periodic checks), and of groups past
 /// [`MAX_WORDS`], which no release wakes.
 pub const TICK: Duration = Duration::from_millis(25);
-/// The longest the reactor sleeps without a wake-up, whatever the checks say: bounds how
-/// long a wake-up lost for good (see the module documentation) delays a waiter.
-pub const IDLE_MAX: Duration = Duration::from_millis(200);
+/// The longest the reactor sleeps without a wake-up, whatever the checks say. Bounds how
+/// long a wake-up lost for good (see the module documentation) delays a waiter, and how
+/// late a check notices that the lease changed hands while the reactor slept (a release
+/// wakes one sleeper, perhaps in another process; a preemption or a takeover none) and
+/// the new holder, which no pidfd of the reactor watches yet, then died.
+pub const IDLE_MAX: Duration = Duration::from_millis(100);
 /// The shortest timed sleep, so that a check whose moment is due but not yet seen (clock
 /// rounding) does not make the reactor spin.
 const MIN_SLEEP: Duration = Duration::from_millis(1);

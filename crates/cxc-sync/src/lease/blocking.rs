@@ -21,16 +21,35 @@ use crate::primitive::Ordering;
 const BLOCKED_POLL: Duration = Duration::from_millis(2);
 /// The first sleep of a blocked `acquire`, before a death watcher is started.
 const FIRST_NAP: Duration = Duration::from_millis(1);
-/// The re-check interval while a death watcher covers the holder (its death wakes us at
-/// once; this only bounds how late a stale heartbeat is noticed).
+/// The re-check interval while the holder's death wakes us anyway (a death watcher
+/// covers it, or it is this very process), or sooner when its heartbeat goes stale by
+/// the clock. It still bounds how late a waiter notices that the lease changed hands
+/// while it slept (a release wakes one sleeper; a preemption or a takeover none) and the
+/// new holder then died: the watcher watches the holder the waiter last saw.
 const WATCHED_POLL: Duration = Duration::from_millis(25);
+/// The shortest of those sleeps, so that a staleness moment due but not yet seen (clock
+/// rounding) does not make the waiter spin.
+const WATCHED_MIN: Duration = Duration::from_millis(1);
+
+/// How a blocked waiter learns that the holder's process died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Death {
+    /// The handle's death watcher covers it and wakes every sleeper.
+    Watched,
+    /// The holder is this very process: it cannot die while we run.
+    Impossible,
+    /// Only by looking (no recorded identity, no watcher): poll.
+    Polled,
+}
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
     /// spins briefly, then sleeps in the kernel (futex on the file) and is woken by a
-    /// release; while asleep it re-checks every 2 ms (every 25 ms while a death-watcher
-    /// thread holds a pidfd of the holder and wakes it when the holder's process exits)
-    /// for a stale heartbeat or a dead holder, so a crashed holder is replaced promptly.
+    /// release. While a death-watcher thread holds a pidfd of the holder (and wakes it
+    /// when the holder's process exits), or the holder is this process, it re-checks
+    /// every 25 ms, or when the holder's heartbeat goes stale by the clock if that is
+    /// sooner; otherwise every 2 ms. So a crashed holder is replaced promptly, and a
+    /// stale one at its grace.
     pub fn acquire(&self, my_pid: u32, grace: u64, timeout: Duration) -> Option<LeaseClaim> {
         self.acquire_spinning(my_pid, grace, timeout, true)
     }
@@ -197,13 +216,12 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 // it); a longer wait gets one, and then sleeps long. A watcher this handle
                 // kept from an earlier wait on the same holder process covers the first
                 // sleep too.
-                let watched = self.watched(&mut cover, naps > 0);
-                let nap = if watched {
-                    WATCHED_POLL
-                } else if naps == 0 {
-                    FIRST_NAP
-                } else {
-                    BLOCKED_POLL
+                let nap = match self.watched(&mut cover, naps > 0) {
+                    Death::Watched | Death::Impossible => self
+                        .stale_in(grace)
+                        .clamp(WATCHED_MIN, WATCHED_POLL),
+                    Death::Polled if naps == 0 => FIRST_NAP,
+                    Death::Polled => BLOCKED_POLL,
                 };
                 naps += 1;
                 match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
@@ -239,11 +257,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         got
     }
 
-    /// Whether this handle's death watcher covers the current holder's process, keeping
-    /// `cover` (this wait's use of it) on that process; with `start`, starts (or moves)
-    /// the watcher to cover it if it does not. Without a watcher the waiter polls more
-    /// often.
-    fn watched(&self, cover: &mut Option<Cover>, start: bool) -> bool {
+    /// How the current holder's death would be seen: this handle's death watcher covers
+    /// its process (keeping `cover`, this wait's use of it, on that process; with
+    /// `start`, starting or moving the watcher to cover it if it does not), it is this
+    /// very process, or only by polling.
+    fn watched(&self, cover: &mut Option<Cover>, start: bool) -> Death {
         let st = self.state();
         let cur = st.word();
         let ident = if cur.is_vacant() {
@@ -251,17 +269,36 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         } else {
             st.holder_identity(cur)
         };
-        // A holder in this very process cannot die while we run: no watcher.
-        let Some(ident) = ident.filter(|id| *id != crate::liveness::Identity::current()) else {
+        let Some(ident) = ident else {
             *cover = None;
-            return false;
+            return Death::Polled;
         };
+        // A holder in this very process cannot die while we run: no watcher.
+        if ident == crate::liveness::Identity::current() {
+            *cover = None;
+            return Death::Impossible;
+        }
         if cover.as_ref().is_some_and(|c| *c.ident() == ident && c.live()) {
-            return true;
+            return Death::Watched;
         }
         // The watcher reads this handle's mapping; `self.watch` joins it before the
         // mapping goes.
         *cover = self.watch.cover(st, ident, start);
-        cover.is_some()
+        if cover.is_some() {
+            Death::Watched
+        } else {
+            Death::Polled
+        }
+    }
+
+    /// How long until the holder's heartbeat is older than `grace` by the clock alone
+    /// (`Duration::MAX` with manual epochs: only `tick_epoch` moves them, and it wakes
+    /// the sleepers).
+    fn stale_in(&self, grace: u64) -> Duration {
+        let st = self.state();
+        let beat = st.heartbeat.load(Ordering::Acquire);
+        self.clock
+            .until(&st.epoch, beat.saturating_add(grace).saturating_add(1))
+            .unwrap_or(Duration::MAX)
     }
 }

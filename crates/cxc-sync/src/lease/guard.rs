@@ -346,11 +346,17 @@ macro_rules! guard_methods {
         }
 
         /// Blocks until this guard's claim is lost (superseded or released by someone
-        /// else) or `timeout` passes; `true` if it was lost. A holder stopped past the
-        /// grace learns of its loss here once it runs again; with manual epochs a loss
-        /// happens only when someone ticks and claims.
+        /// else) or `timeout` passes; `true` if it was lost. It looks every 1 ms at
+        /// first, then less often, every 25 ms after the first 30 ms: a loss is
+        /// seen within 25 ms, and a thread that waits for the guard's whole life costs
+        /// 40 short wake-ups a second. A holder stopped past the grace learns of its loss
+        /// here once it runs again; with manual epochs a loss happens only when someone
+        /// ticks and claims.
         pub fn wait_lost(&self, timeout: std::time::Duration) -> bool {
+            const FIRST: std::time::Duration = std::time::Duration::from_millis(1);
+            const MAX: std::time::Duration = std::time::Duration::from_millis(25);
             let deadline = std::time::Instant::now().checked_add(timeout);
+            let mut nap = FIRST;
             loop {
                 if !self.is_current() {
                     return true;
@@ -359,8 +365,8 @@ macro_rules! guard_methods {
                 if left == Some(std::time::Duration::ZERO) {
                     return false;
                 }
-                let nap = std::time::Duration::from_millis(1);
                 std::thread::sleep(left.map_or(nap, |l| l.min(nap)));
+                nap = (nap * 2).min(MAX);
             }
         }
 
