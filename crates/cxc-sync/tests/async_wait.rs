@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{EpochMode, LeaseBuilder, OwnerLease, SharedSemaphore, async_waiters, block_on};
-use cxc_testkit::{Rng, RoleCommand, fields, in_role, path_arg, report, wait_until};
+use cxc_testkit::{Rng, RoleCommand, fields, in_role, path_arg, process_cpu, report, wait_until};
 
 mod reactor;
 use reactor::{serial, tokio_runtime};
@@ -16,16 +16,25 @@ fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
-/// CPU time (user + system) of this process, to the microsecond.
-fn cpu() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_SELF is valid.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+/// A current-thread tokio runtime with timers (the idle tests measure the whole process:
+/// no worker threads of the runtime's own).
+fn current_thread_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+/// After 200 ms for the waiters to settle, the CPU of this process over 2 s of idle
+/// waiting (inside the test's current-thread runtime) must be under 1 % of one core.
+async fn assert_idle_for_2s(what: &str) {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (c0, t0) = (process_cpu(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (used, wall) = (process_cpu() - c0, t0.elapsed());
+    let pct = used.as_secs_f64() / wall.as_secs_f64() * 100.0;
+    println!("{what}: {used:?} CPU over {wall:?} = {pct:.2} %");
+    assert!(pct < 1.0, "{what} used {pct:.2} % of a core");
 }
 
 fn lease(dir: &tempfile::TempDir) -> Arc<OwnerLease<u64>> {
@@ -131,10 +140,7 @@ fn idle_waiters_cost_no_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let lease = lease(&dir);
     let held = lease.try_lock().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = current_thread_rt();
     rt.block_on(async {
         let tasks: Vec<_> = (0..2_000)
             .map(|_| {
@@ -144,15 +150,7 @@ fn idle_waiters_cost_no_cpu() {
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let c0 = cpu();
-        let t0 = Instant::now();
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let used = cpu() - c0;
-        let wall = t0.elapsed();
-        let pct = used.as_secs_f64() / wall.as_secs_f64() * 100.0;
-        println!("2,000 idle waiters: {used:?} CPU over {wall:?} = {pct:.2} %");
-        assert!(pct < 1.0, "idle waiters used {pct:.2} % of a core");
+        assert_idle_for_2s("2,000 idle waiters").await;
         for t in &tasks {
             t.abort();
         }
@@ -237,10 +235,7 @@ fn manual_epoch_idle_waiters_cost_no_cpu_and_a_tick_wakes_them() {
     let held = lease.try_lock().unwrap();
     let old = held.token();
     let got = Arc::new(AtomicU32::new(0));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = current_thread_rt();
     rt.block_on(async {
         let tasks: Vec<_> = (0..2_000)
             .map(|_| {
@@ -252,15 +247,7 @@ fn manual_epoch_idle_waiters_cost_no_cpu_and_a_tick_wakes_them() {
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let c0 = cpu();
-        let t0 = Instant::now();
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let used = cpu() - c0;
-        let wall = t0.elapsed();
-        let pct = used.as_secs_f64() / wall.as_secs_f64() * 100.0;
-        println!("2,000 idle waiters, manual epochs: {used:?} CPU over {wall:?} = {pct:.2} %");
-        assert!(pct < 1.0, "idle waiters used {pct:.2} % of a core");
+        assert_idle_for_2s("2,000 idle waiters, manual epochs").await;
         assert_eq!(got.load(Ordering::SeqCst), 0, "a waiter took a fresh lease");
         // Past the grace in epochs: the held guard is stale now.
         for _ in 0..=cxc_sync::DEFAULT_GRACE_EPOCHS {
@@ -326,10 +313,7 @@ fn idle_semaphore_waiters_cost_no_cpu_and_a_killed_holder_frees_them() {
     .spawn();
     assert_eq!(kid.next_report(Duration::from_secs(10)), "holding");
     let done = Arc::new(AtomicU32::new(0));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = current_thread_rt();
     rt.block_on(async {
         let tasks: Vec<_> = (0..2_000)
             .map(|_| {
@@ -340,15 +324,7 @@ fn idle_semaphore_waiters_cost_no_cpu_and_a_killed_holder_frees_them() {
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let c0 = cpu();
-        let t0 = Instant::now();
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let used = cpu() - c0;
-        let wall = t0.elapsed();
-        let pct = used.as_secs_f64() / wall.as_secs_f64() * 100.0;
-        println!("2,000 idle permit waiters: {used:?} CPU over {wall:?} = {pct:.2} %");
-        assert!(pct < 1.0, "idle permit waiters used {pct:.2} % of a core");
+        assert_idle_for_2s("2,000 idle permit waiters").await;
         assert_eq!(done.load(Ordering::SeqCst), 0, "a waiter got a held permit");
         let killed = Instant::now();
         kid.kill();
@@ -524,10 +500,7 @@ fn lost_resolves_after_a_takeover_and_only_then() {
     // A holder that keeps its claim: `lost()` stays pending.
     {
         let g = lease.try_lock().unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = current_thread_rt();
         let r = rt.block_on(async {
             tokio::time::timeout(Duration::from_millis(300), async {
                 loop {

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use cxc_sync::{OwnerLease, SemaphoreOptions, SharedSemaphore, async_waiters, block_on};
 use cxc_testkit::{
-    Proc, Rng, RoleCommand, arg, child_wait_for_path, mono_ns, num, path_arg, play_role, report,
-    serial, sleep_forever, wait_until,
+    Proc, Rng, RoleCommand, arg, child_wait_for_path, mono_ns, num, path_arg, play_role,
+    process_cpu, report, serial, sleep_forever, wait_until,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
@@ -59,18 +59,6 @@ fn words(path: &Path, n: usize) -> &'static [AtomicU64] {
     // SAFETY: the mapping is 4096 bytes, page aligned, never unmapped, and only accessed
     // through atomics (in every process).
     unsafe { std::slice::from_raw_parts(p as *const AtomicU64, n) }
-}
-
-/// CPU time (user + system) of this process.
-fn cpu() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_SELF is valid.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// Whether `pid` is a live process (not gone, not a zombie).
@@ -760,21 +748,21 @@ fn role_slotless_forker() {
     .unwrap();
     assert_eq!(sem.holders().len(), 1, "the creator is registered");
     let pid = fork_child(|| {
-        let c0 = cpu();
+        let c0 = process_cpu();
         let got_block = sem.acquire_timeout(Duration::from_secs(1)).is_some();
-        let cpu_block = cpu() - c0;
+        let cpu_block = process_cpu() - c0;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
-        let c1 = cpu();
+        let c1 = process_cpu();
         let got_async = rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(1), sem.acquire_async())
                 .await
                 .map(std::mem::forget)
                 .is_ok()
         });
-        let cpu_async = cpu() - c1;
+        let cpu_async = process_cpu() - c1;
         report(format!(
             "got_block={} cpu_block_ms={} got_async={} cpu_async_ms={}",
             u8::from(got_block),
@@ -1143,14 +1131,14 @@ fn async_lease_waiter_does_not_take_over_a_holder_whose_main_thread_exited() {
         .spawn();
         kid.next_report(REPORT_WAIT);
         kid.wait_state('Z', Duration::from_secs(10));
-        let c0 = cpu();
+        let c0 = process_cpu();
         let l = lease.clone();
         let early = rt.block_on(async move {
             tokio::time::timeout(Duration::from_millis(1500), l.lock_owned_async())
                 .await
                 .is_ok()
         });
-        let used = cpu() - c0;
+        let used = process_cpu() - c0;
         assert!(
             !early,
             "run {run}: the async waiter took the lease from a live holder whose main \

@@ -10,7 +10,7 @@ use cxc_sync::{
     EpochMode, GuardError, LeaseBuilder, LeaseGuard, LeaseOptions, OwnedLeaseGuard, OwnerLease,
     Preemption,
 };
-use cxc_testkit::{RoleCommand, fields, in_role, path_arg, report, wait_until};
+use cxc_testkit::{RoleCommand, fields, in_role, path_arg, report, thread_cpu, wait_until};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
@@ -325,19 +325,6 @@ fn stopped_guard_writer_is_replaced_and_never_published() {
     assert!(wait_until(Duration::from_secs(1), || lease
         .try_lock()
         .is_some()));
-}
-
-/// CPU time (user + system) of the calling thread.
-fn thread_cpu() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we pass; RUSAGE_THREAD is valid on
-    // Linux.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1_000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// A thread blocked for 1 s behind a guard of its own process (which cannot die while

@@ -252,10 +252,7 @@ fn sigkill_storm_conserves_permits() {
     drop(ps);
 }
 
-fn process_cpu() -> Duration {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
+use cxc_testkit::process_cpu;
 
 /// Child role: block in `acquire` and report the CPU time it burned.
 fn blocked_waiter() {

@@ -72,6 +72,32 @@ pub fn mono_ns() -> u64 {
         .wrapping_add(t.tv_nsec as u64)
 }
 
+/// CPU time (user + system) of the calling process so far, all threads
+/// (`CLOCK_PROCESS_CPUTIME_ID`, to the nanosecond).
+///
+/// ```
+/// let a = cxc_testkit::process_cpu();
+/// assert!(cxc_testkit::process_cpu() >= a);
+/// ```
+pub fn process_cpu() -> std::time::Duration {
+    cpu_clock(rustix::time::ClockId::ProcessCPUTime)
+}
+
+/// CPU time (user + system) of the calling thread so far (`CLOCK_THREAD_CPUTIME_ID`).
+///
+/// ```
+/// let a = cxc_testkit::thread_cpu();
+/// assert!(cxc_testkit::thread_cpu() >= a);
+/// ```
+pub fn thread_cpu() -> std::time::Duration {
+    cpu_clock(rustix::time::ClockId::ThreadCPUTime)
+}
+
+fn cpu_clock(id: rustix::time::ClockId) -> std::time::Duration {
+    let t = rustix::time::clock_gettime(id);
+    std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// The native-endian `u64` at byte `offset` of the file at `path`, read with `pread`
 /// (not through a mapping): what another process sees of a shared word.
 ///

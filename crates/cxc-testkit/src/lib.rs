@@ -60,7 +60,9 @@ mod role;
 mod wait;
 
 pub use command::{RoleCommand, spawn_role};
-pub use host::{all_threads_in_state, find_program, mono_ns, read_word, sigkill};
+pub use host::{
+    all_threads_in_state, find_program, mono_ns, process_cpu, read_word, sigkill, thread_cpu,
+};
 pub use payload::{intact, sealed};
 pub use proc::Proc;
 pub use rng::{Rng, SEED_VAR, mix};
