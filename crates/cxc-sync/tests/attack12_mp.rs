@@ -1283,3 +1283,77 @@ fn woken_unpolled_waiter_in_a_stopped_process_does_not_block_other_processes() {
     }
     println!("A woken first in {a_woken} of 4 rounds; B's latency (us): {lats:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Many holder processes: the async waiter's pidfds are bounded.
+
+/// docs/shared-semaphore.md: an `acquire_async` waiter keeps a pidfd of every other holder
+/// process, "every 20 ms while some holder has no pidfd: past 64 other holder processes
+/// per waiting handle". 80 forked holder processes, the last of which holds the only
+/// permit: the waiting process opens at most 64 pidfds for them (a table of up to 1023
+/// holders must not use up its file descriptors), and when that last holder (past the 64)
+/// is SIGKILLed its permit still comes back, by the table polls.
+#[test]
+fn async_permit_waiter_watches_at_most_64_holders_and_still_reclaims_past_them() {
+    const KIDS: usize = 80;
+    let _s = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let opts = SemaphoreOptions::default().holders(128);
+    let sem = SharedSemaphore::create_with(&path, 1, 1, &opts).unwrap();
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let mut kids = Vec::new();
+    for i in 0..KIDS {
+        let path = path.clone();
+        let last = i + 1 == KIDS;
+        kids.push(fork_child(move || {
+            let Ok(s) = SharedSemaphore::open(&path) else {
+                return 3;
+            };
+            let _p = last.then(|| s.acquire());
+            std::thread::sleep(Duration::from_secs(60));
+            0
+        }));
+        // One at a time, so the last one's slot comes after the others'.
+        let start = Instant::now();
+        while sem.holders().len() < i + 2 && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let start = Instant::now();
+    while sem.available() > 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(sem.available(), 0, "the last child holds the permit");
+    let before = fds();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let p = block_on(sem.acquire_async());
+            let t = Instant::now();
+            drop(p);
+            t
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let during = fds();
+        assert!(
+            during <= before + 64 + 4,
+            "{} more fds while waiting behind {KIDS} holders",
+            during - before
+        );
+        assert!(!waiter.is_finished(), "got a held permit");
+        let killed = Instant::now();
+        // SAFETY: kill our own child.
+        unsafe { libc::kill(*kids.last().unwrap(), libc::SIGKILL) };
+        let took = waiter.join().unwrap().duration_since(killed);
+        println!(
+            "{} more fds while waiting; permit back {took:?} after the SIGKILL",
+            during - before
+        );
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+    });
+    for k in kids {
+        // SAFETY: kill our own child (reaped below).
+        unsafe { libc::kill(k, libc::SIGKILL) };
+        wait_pid(k, Duration::from_secs(5));
+    }
+}

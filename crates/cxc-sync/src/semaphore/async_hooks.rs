@@ -31,6 +31,10 @@ impl SharedSemaphore {
     }
 }
 
+/// At most this many pidfds per waiter group (a table of up to 1023 holders must not use
+/// up the process's file descriptors); holders past it are found by polling the table.
+const MAX_WATCHED: usize = 64;
+
 /// The pidfds of a semaphore's other holder processes, kept by an async waiter group's
 /// check and registered with the reactor's death watch: a holder's exit wakes the
 /// reactor, so its permits are reclaimed at once instead of by polling the table.
@@ -80,6 +84,7 @@ impl SharedSemaphore {
             died: false,
             all: true,
         };
+        let mut open = watch.slots.iter().filter(|(_, pw)| pw.is_some()).count();
         for (slot, (last, pw)) in raw.slots.iter().zip(watch.slots.iter_mut()) {
             let owner = slot.owner.load(Ordering::Acquire);
             let (state, pid, tag) = owner_parts(owner);
@@ -90,18 +95,28 @@ impl SharedSemaphore {
             if !held {
                 // Free, ours, or of an unknown identity (never reclaimed on a guess).
                 *last = owner;
-                *pw = None;
+                if pw.take().is_some() {
+                    open -= 1;
+                }
                 continue;
             }
             if *last != owner {
                 *last = owner;
-                *pw = None;
+                if pw.take().is_some() {
+                    open -= 1;
+                }
                 match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
                     PidLookup::Found(id) if identity_tag(&id) == tag => {
-                        *pw = PidWatch::open(&id);
+                        if open < MAX_WATCHED {
+                            *pw = PidWatch::open(&id);
+                        }
                         match pw {
-                            Some(p) => reactor.watch_death(p.as_fd()),
-                            // Gone between the lookup and the open, or no pidfd.
+                            Some(p) => {
+                                reactor.watch_death(p.as_fd());
+                                open += 1;
+                            }
+                            // Past the limit, gone between the lookup and the open, or
+                            // no pidfd: the table is polled.
                             None => seen.all = false,
                         }
                     }
