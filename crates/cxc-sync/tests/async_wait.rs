@@ -565,3 +565,87 @@ fn semaphore_acquire_async() {
     assert_eq!(sem.available(), 2);
     assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
 }
+
+/// docs/async.md: "a waiter of another process killed between being woken by a release
+/// and handing the wake-up on delays this process's waiters by at most 100 ms"
+/// (`ASYNC_IDLE_MAX`). An async waiter of another process sleeps on the lease's futex;
+/// just before each release, a waiter registered on a second lease makes the reactor
+/// re-arm its `futex_waitv`, which puts this process's wait on the first lease behind the
+/// other process's in the kernel's queue. The release wakes that one sleeper, which is
+/// SIGKILLed at once, before it can claim or hand the wake-up on (if it claims first, it
+/// dies holding a lease the reactor has not seen change hands: the same 100 ms bound).
+/// The async waiter must claim within the bound in every round, and the rounds go on (at
+/// most 16) until one needed it (the wake-up went to the killed waiter; on a loaded
+/// machine the reactor may not have re-armed in time, and then it simply gets the
+/// wake-up), or the test tested nothing.
+#[test]
+fn async_waiter_claims_within_the_idle_bound_when_the_woken_waiter_is_killed() {
+    const BIG: u64 = 1 << 40;
+    if in_role("sleeper") {
+        let l: OwnerLease<u64> = LeaseBuilder::new(path_arg("path")).open().unwrap();
+        report("waiting");
+        let _g = block_on(l.lock_async());
+        report("claimed");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let _s = serial();
+    let test = "async_waiter_claims_within_the_idle_bound_when_the_woken_waiter_is_killed";
+    let me = std::process::id();
+    let dir = tempfile::tempdir().unwrap();
+    let lease = lease(&dir);
+    let poke: OwnerLease<u64> = OwnerLease::builder(dir.path().join("poke"))
+        .grace(Duration::from_secs(5))
+        .create(0u64)
+        .unwrap();
+    let mut slow = Vec::new();
+    for round in 0..16 {
+        if !slow.is_empty() {
+            break;
+        }
+        assert!(
+            lease.try_acquire(me, BIG),
+            "round {round}: the lease is vacant"
+        );
+        let mut kid = RoleCommand::new(test, "sleeper")
+            .arg("path", dir.path().join("l"))
+            .spawn();
+        assert_eq!(kid.next_report(Duration::from_secs(10)), "waiting");
+        // Its reactor asleep on the futex.
+        std::thread::sleep(Duration::from_millis(150));
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let g = block_on(lease.lock_async());
+                let t = Instant::now();
+                drop(g);
+                t
+            });
+            std::thread::sleep(Duration::from_millis(150));
+            assert!(poke.try_acquire(me, BIG));
+            let poker = s.spawn(|| drop(block_on(poke.lock_async())));
+            // The reactor re-arms for the new group within microseconds; the other
+            // process's reactor re-queues every 100 ms, so it rarely does so in between.
+            std::thread::sleep(Duration::from_millis(2));
+            assert!(!waiter.is_finished(), "round {round}: claimed a held lease");
+            assert!(lease.release(me));
+            let released = Instant::now();
+            kid.kill();
+            let took = waiter.join().unwrap().duration_since(released);
+            println!("round {round}: async claim {took:?} after the release");
+            assert!(
+                took < Duration::from_millis(150),
+                "round {round}: {took:?} after the release (bound: ASYNC_IDLE_MAX, 100 ms)"
+            );
+            if took > Duration::from_millis(20) {
+                slow.push(took);
+            }
+            assert!(poke.release(me));
+            poker.join().unwrap();
+        });
+    }
+    assert!(
+        !slow.is_empty(),
+        "the killed waiter never took the release's wake-up: nothing was tested"
+    );
+    assert!(wait_until(Duration::from_secs(1), || async_waiters() == 0));
+}
