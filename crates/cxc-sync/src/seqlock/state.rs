@@ -324,7 +324,7 @@ impl SeqState {
                         .state
                         .compare_exchange(
                             s,
-                            ((s & !3) + VERSION_ONE) | BUSY,
+                            (s & !3).wrapping_add(VERSION_ONE) | BUSY,
                             Ordering::AcqRel,
                             Ordering::Relaxed,
                         )
@@ -338,8 +338,10 @@ impl SeqState {
                         dst.store(w, Ordering::Relaxed);
                     }
                     // SYNC: slot identity. Pairs with the Acquire load in `slot_ident`.
-                    slot.state
-                        .store(((s & !3) + VERSION_ONE) | VALID, Ordering::Release);
+                    slot.state.store(
+                        (s & !3).wrapping_add(VERSION_ONE) | VALID,
+                        Ordering::Release,
+                    );
                     self.bump(counter::SLOT_RESERVED);
                     return Some(i);
                 }
@@ -358,7 +360,7 @@ impl SeqState {
             // proven dead: then there is nothing to free.
             let _ = slot.state.compare_exchange(
                 s,
-                (s & !3) + VERSION_ONE,
+                (s & !3).wrapping_add(VERSION_ONE),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             );
