@@ -12,7 +12,7 @@ pub const HEADER_LEN: usize = 128;
 /// `b"CXC-MMF\0"` read as a native `u64`.
 pub const MAGIC: u64 = u64::from_ne_bytes(*b"CXC-MMF\0");
 /// The on-file format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Byte-order mark as written by this machine.
 pub const ENDIAN_MARK: u32 = 0x0102_0304;
 /// Largest file this build will create or map (1 GiB).

@@ -864,22 +864,25 @@ fn sem_holder_that_execs_keeps_its_permits_until_it_dies() {
     }
 }
 
-const LEASE_EXEC: &str = "lease_holder_that_execs_is_not_taken_over_while_it_lives";
+const LEASE_EXEC: &str = "lease_holder_that_execs_loses_its_claim_and_lives_on";
 
 /// design.md: "Process identity is never reused while the machine is up" (`exec` keeps
-/// it: same pidfs inode, same start time) and L5 "a holder whose whole process is gone is
-/// replaced at once"; owner-lease.md: a claim "names the process that made it". A holder
-/// that execs is the same live process: nobody takes its claim over while it runs (huge
-/// grace, so only a wrong proof of death could), and it is taken over at once when it is
-/// killed; on the pidfs and the fallback path.
+/// it: same pidfs inode, same start time); owner-lease.md, "The sentinel": "Exec ends
+/// the claims of the process, though its pid and identity live on" (as a robust mutex's
+/// owner's and an `O_CLOEXEC` flock's do). A holder that execs, and whose new image opens
+/// the lease again, is not the owner any more, whether or not a waiter looked during the
+/// exec; the lease is free at once (huge grace: no staleness), the process lives on and
+/// is the same identity (it can claim again), on the pidfs and the fallback path.
 #[test]
-fn lease_holder_that_execs_is_not_taken_over_while_it_lives() {
+fn lease_holder_that_execs_loses_its_claim_and_lives_on() {
     match role().as_deref() {
         Some("execer") => {
             use std::os::unix::process::CommandExt;
             let lease = OwnerLease::<u64>::open(dir().join("lease")).unwrap();
             assert!(lease.try_acquire(me(), HUGE_GRACE));
             assert!(lease.write_as_owner(me(), 5));
+            report(format!("HELD term={}", lease.lease_term()));
+            std::thread::sleep(Duration::from_millis(100));
             let err = RoleCommand::new(LEASE_EXEC, "execd")
                 .arg("dir", dir())
                 .into_command()
@@ -888,46 +891,55 @@ fn lease_holder_that_execs_is_not_taken_over_while_it_lives() {
         }
         Some("execd") => {
             let lease = OwnerLease::<u64>::open(dir().join("lease")).unwrap();
-            report(format!("EXECD owner={}", lease.am_i_owner(me())));
+            let owner = lease.am_i_owner(me());
+            // Wait for the parent to have claimed and released, then claim again.
+            std::thread::sleep(Duration::from_millis(300));
+            let again = lease.try_acquire(me(), HUGE_GRACE);
+            report(format!("EXECD owner={owner} again={again}"));
             sleep_forever();
         }
         Some(other) => panic!("unknown role {other}"),
         None => {
             let _s = serial();
             for fallback in [false, true] {
-                let d = tempfile::tempdir().unwrap();
-                let lease =
-                    OwnerLease::<u64>::create_with(d.path().join("lease"), 0, &lease_opts())
-                        .unwrap();
-                let mut cmd = RoleCommand::new(LEASE_EXEC, "execer").arg("dir", d.path());
-                if fallback {
-                    cmd = cmd.env("CXC_IDENTITY_FALLBACK", "1");
+                for waiting in [false, true] {
+                    let d = tempfile::tempdir().unwrap();
+                    let lease =
+                        OwnerLease::<u64>::create_with(d.path().join("lease"), 0, &lease_opts())
+                            .unwrap();
+                    let mut cmd = RoleCommand::new(LEASE_EXEC, "execer").arg("dir", d.path());
+                    if fallback {
+                        cmd = cmd.env("CXC_IDENTITY_FALLBACK", "1");
+                    }
+                    let mut kid = cmd.spawn();
+                    let held = wait_line(&mut kid, "HELD");
+                    let term: u64 = held.rsplit('=').next().unwrap().parse().unwrap();
+                    let what = format!("fallback={fallback} waiting={waiting}");
+                    let c = if waiting {
+                        // Blocked when the exec comes: taken over through the sentinel.
+                        lease.acquire(me(), HUGE_GRACE, Duration::from_secs(3))
+                    } else {
+                        // Nobody looks until the new image has opened the file.
+                        std::thread::sleep(Duration::from_millis(250));
+                        lease.try_claim(me(), HUGE_GRACE)
+                    };
+                    let c = c.unwrap_or_else(|| panic!("{what}: the exec'd holder kept its claim"));
+                    assert!(c.generation() > term, "{what}");
+                    assert_eq!(lease.read_claimed(&c), Some(5), "{what}");
+                    assert!(lease.release_claim(&c));
+                    let line = wait_line(&mut kid, "EXECD");
+                    println!("{what}: {line}");
+                    assert!(
+                        !flag(&line, "owner"),
+                        "{what}: still the owner after exec: {line}"
+                    );
+                    assert!(
+                        flag(&line, "again"),
+                        "{what}: the exec'd process cannot claim: {line}"
+                    );
+                    assert_eq!(lease.current_owner(), Some(kid.pid()), "{what}");
+                    kid.kill();
                 }
-                let mut kid = cmd.spawn();
-                let line = wait_line(&mut kid, "EXECD");
-                println!("fallback={fallback}: {line}");
-                assert!(
-                    flag(&line, "owner"),
-                    "fallback={fallback}: the exec'd holder is not the owner: {line}"
-                );
-                assert!(
-                    !lease.try_acquire(me(), HUGE_GRACE),
-                    "fallback={fallback}: the exec'd (live) holder was taken over"
-                );
-                assert!(
-                    lease
-                        .acquire(me(), HUGE_GRACE, Duration::from_millis(300))
-                        .is_none(),
-                    "fallback={fallback}: a waiter took the exec'd (live) holder's lease"
-                );
-                assert_eq!(lease.current_owner(), Some(kid.pid()));
-                kid.kill();
-                let t = Instant::now();
-                let c = lease
-                    .acquire(me(), HUGE_GRACE, Duration::from_secs(3))
-                    .expect("the killed holder is taken over");
-                assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
-                assert_eq!(lease.read_claimed(&c), Some(5));
             }
         }
     }
@@ -953,10 +965,13 @@ const SAME_TICK: &str = "lease_fallback_same_tick_reuse_still_fails_over_after_t
 /// owner-lease.md, Identity: "On the fallback path a pid reused *within one start-time
 /// tick* (10 ms) is indistinguishable: the new process is taken for the old one (it
 /// inherits the claim, and the dead holder is judged alive, so failover waits for the
-/// heartbeat grace)." What remains must hold: a holder W forked, claiming and dying, and
-/// a process Q given W's pid with W's very start time (forced; retried until the ticks
-/// match), which never beats. The claim is not taken over at once (documented), but is
-/// after the grace (300 epochs of 1 ms), with a new generation, while Q lives.
+/// heartbeat grace)" — for a holder whose sentinel was not armed when it died (it had
+/// dropped its handle). What remains must hold: a holder W forked, claiming, dropping its
+/// handle and dying, and a process Q given W's pid with W's very start time (forced;
+/// retried until the ticks match), which never beats. The claim is not taken over at once
+/// (documented), but is after the grace (300 epochs of 1 ms), with a new generation, while
+/// Q lives. (With its handle kept, W's sentinel makes the takeover immediate whatever the
+/// identity says: `ownership_mp::pid_reuse_in_pid_namespace_fallback_identity`.)
 #[test]
 fn lease_fallback_same_tick_reuse_still_fails_over_after_the_grace() {
     heir_test(
@@ -970,7 +985,11 @@ fn lease_fallback_same_tick_reuse_still_fails_over_after_the_grace() {
                 // SAFETY: the child claims through this crate and `_exit`s.
                 let w = unsafe { libc::fork() };
                 if w == 0 {
-                    let ok = lease.try_acquire(me(), GRACE) && lease.write_as_owner(me(), 1);
+                    // A handle of its own, dropped before the exit: the claim stays, the
+                    // sentinel is disarmed.
+                    let own = OwnerLease::<u64>::open(dir().join("lease")).unwrap();
+                    let ok = own.try_acquire(me(), GRACE) && own.write_as_owner(me(), 1);
+                    drop(own);
                     // SAFETY: ends the forked child at once.
                     unsafe { libc::_exit(if ok { 0 } else { 3 }) };
                 }

@@ -62,8 +62,19 @@ fn watcher_threads() -> usize {
         .count()
 }
 
+/// This process's threads, but the lease's sentinel (one per process for its whole life,
+/// started by its first registration; docs/owner-lease.md, "The sentinel").
 fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter(|t| {
+            let comm = t
+                .as_ref()
+                .ok()
+                .and_then(|t| std::fs::read_to_string(t.path().join("comm")).ok());
+            comm.as_deref().map(str::trim) != Some("cxc-sentinel")
+        })
+        .count()
 }
 
 fn lower_pid() -> LeaseOptions {

@@ -471,13 +471,13 @@ fn claim_of_a_dead_holder_mid_write_is_taken_over() {
 }
 
 /// Lease files of the previous format versions (1: pid-named claims, two buffers; 2: no
-/// claim time) are refused, by `open` and by the read-only `inspect`, with an error that
+/// claim time; 3: no sentinel in the identity slots) are refused, by `open` and by the read-only `inspect`, with an error that
 /// names both versions.
 #[test]
 fn old_format_version_is_refused_naming_both_versions() {
     use std::os::unix::fs::FileExt;
-    assert_eq!(cxc_mmf::FORMAT_VERSION, 3);
-    for old in [1u32, 2] {
+    assert_eq!(cxc_mmf::FORMAT_VERSION, 4);
+    for old in [1u32, 2, 3] {
         let d = tmp();
         let p = d.path().join("l");
         drop(OwnerLease::<u64>::create(&p, 5).unwrap());
@@ -498,7 +498,8 @@ fn old_format_version_is_refused_naming_both_versions() {
             }
             let text = err.to_string();
             assert!(
-                text.contains(&old.to_string()) && text.contains('3'),
+                text.contains(&old.to_string())
+                    && text.contains(&cxc_mmf::FORMAT_VERSION.to_string()),
                 "{text}"
             );
         }

@@ -246,10 +246,15 @@ fn start() -> &'static Reactor {
             .spawn(move || r.run())
             .expect("spawn the cxc async reactor thread");
         if r.epoll.is_some() {
-            std::thread::Builder::new()
-                .name("cxc-async-deaths".into())
-                .spawn(move || r.watch_deaths())
-                .expect("spawn the cxc death-watch thread");
+            // On the lease's sentinel thread, which every process that claims has and
+            // which otherwise only sleeps; a thread of its own only if there is none.
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || r.watch_deaths());
+            if let Err(job) = crate::lease::host_on_sentinel(job) {
+                std::thread::Builder::new()
+                    .name("cxc-async-deaths".into())
+                    .spawn(job)
+                    .expect("spawn the cxc death-watch thread");
+            }
         }
         return r;
     }
@@ -427,7 +432,7 @@ impl Reactor {
                     }
                 }
             }
-            let deadline = monotonic_after(nap.max(MIN_SLEEP));
+            let deadline = crate::futex::monotonic_after(nap.max(MIN_SLEEP));
             let _ = futex::waitv(
                 &waits,
                 futex::WaitvFlags::empty(),
@@ -457,18 +462,4 @@ impl Reactor {
 fn pass_on(word: &AtomicU32) {
     park::announce(word);
     park::wake(word, 1, None);
-}
-
-fn monotonic_after(d: Duration) -> rustix::time::Timespec {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    let mut sec = now.tv_sec.saturating_add(d.as_secs() as i64);
-    let mut nsec = now.tv_nsec + i64::from(d.subsec_nanos());
-    if nsec >= 1_000_000_000 {
-        nsec -= 1_000_000_000;
-        sec = sec.saturating_add(1);
-    }
-    rustix::time::Timespec {
-        tv_sec: sec,
-        tv_nsec: nsec,
-    }
 }

@@ -227,7 +227,16 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
                     Some(Duration::ZERO) => timed_out = true,
                     rem => {
-                        crate::park::sleep(&st.wake, seq, rem.map_or(nap, |r| r.min(nap)), None)
+                        let nap = rem.map_or(nap, |r| r.min(nap));
+                        // Also on the holder's sentinel word, if it has one: the kernel
+                        // wakes a sleeper there as soon as the holder's process starts to
+                        // exit (`sentinel.rs`), earlier than any death watcher can.
+                        match st.sentinel_to_sleep_on(me.holder) {
+                            Some((word, v)) => {
+                                crate::futex::wait_either(&st.wake, seq, word, v, nap)
+                            }
+                            None => crate::park::sleep(&st.wake, seq, nap, None),
+                        }
                     }
                 }
             }

@@ -140,6 +140,11 @@ impl LeaseState {
                 ClaimReason::Preempt
             } else if now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) > grace {
                 ClaimReason::Stale
+            } else if self.slot_exiting(cur.holder()) {
+                // The holder's process is exiting or has exec'd (its sentinel ended):
+                // stale, not dead — its other threads may still run for a moment, so a
+                // staging buffer in use is quarantined below as for any stale holder.
+                ClaimReason::Exiting
             } else {
                 verdict = judge(self, cur);
                 if verdict == Liveness::Dead {
@@ -270,6 +275,7 @@ impl LeaseState {
             ClaimReason::Preempt => self.bump(counter::CLAIM_PREEMPT, 1),
             ClaimReason::Stale => self.bump(counter::CLAIM_STALE, 1),
             ClaimReason::Dead => self.bump(counter::CLAIM_DEAD, 1),
+            ClaimReason::Exiting => self.bump(counter::CLAIM_EXITING, 1),
         }
         if torn {
             self.torn.store(word.id(), Ordering::Release);
@@ -290,6 +296,32 @@ impl LeaseState {
         if cur.is_vacant() || self.holder_liveness(cur) != Liveness::Dead {
             return false;
         }
+        if !self.vacate(cur) {
+            return false;
+        }
+        self.bump(counter::CLAIM_DEAD, 1);
+        true
+    }
+
+    /// Vacates the claim of slot `holder` made by an earlier image of this very process
+    /// (it exec'd: its sentinel word says so, see `arm_sentinel`), and frees the buffers
+    /// that image's superseded writes left in quarantine: none of its threads can store
+    /// again (its memory is gone), and the new image cannot know of its claims.
+    #[cfg(all(target_os = "linux", not(cxc_loom)))]
+    pub(crate) fn end_claims_before_exec(&self, holder: u8) {
+        loop {
+            let cur = self.word();
+            if cur.is_vacant() || cur.holder() != holder || self.vacate(cur) {
+                break;
+            }
+        }
+        self.reap_quarantine_of(holder);
+    }
+
+    /// Vacates the claim `cur`, whose holder can store nothing more, if it is still the
+    /// word, passing an interrupted update on to the next claim (`TORN_NEXT`) and waking
+    /// the sleepers. Returns whether it vacated.
+    fn vacate(&self, cur: Word) -> bool {
         let torn = cur.writing()
             || (cur.private()
                 && cur
@@ -306,7 +338,6 @@ impl LeaseState {
         {
             return false;
         }
-        self.bump(counter::CLAIM_DEAD, 1);
         self.wake_waiters();
         true
     }

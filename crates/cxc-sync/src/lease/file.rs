@@ -101,6 +101,10 @@ pub struct OwnerLease<T> {
     /// mutex that a fork could leave locked).
     pub(super) pinned_by: std::sync::atomic::AtomicU32,
     pub(super) pinned: std::sync::atomic::AtomicU64,
+    /// The identity slots whose entries this handle put on the process's sentinel list
+    /// (`sentinel.rs`; bit `holder - 1`), unlinked on drop before the mapping goes.
+    /// Changed only under `REGISTRY`, by the process in `pinned_by`.
+    pub(super) linked: std::sync::atomic::AtomicU64,
     /// The death watcher of blocked `acquire`s (one thread, kept between waits; stopped
     /// and joined at the latest in `drop`, before the mapping it reads is unmapped).
     pub(super) watch: super::watch::Watch,
@@ -121,8 +125,12 @@ impl<T> Drop for OwnerLease<T> {
             return;
         }
         let me = Identity::current();
+        let linked = *self.linked.get_mut();
         let _serial = super::ident::REGISTRY.lock();
         for i in 0..64u8 {
+            if linked & (1 << i) != 0 {
+                self.map.head().disarm_sentinel(i + 1);
+            }
             if pinned & (1 << i) != 0 {
                 self.map.head().unpin(i + 1, &me);
             }
@@ -283,6 +291,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             hot: AtomicU64::new(0),
             pinned_by: std::sync::atomic::AtomicU32::new(0),
             pinned: std::sync::atomic::AtomicU64::new(0),
+            linked: std::sync::atomic::AtomicU64::new(0),
             watch: super::watch::Watch::default(),
             guard: GuardSettings::for_mode(epoch),
             _payload: PhantomData,
@@ -391,11 +400,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if self.pinned_by.load(O::Relaxed) != proc {
             self.pinned_by.store(proc, O::Relaxed);
             self.pinned.store(0, O::Relaxed);
+            self.linked.store(0, O::Relaxed);
         }
         let bit = 1u64 << (h - 1);
         if self.pinned.load(O::Relaxed) & bit == 0 {
             st.pin(h);
             self.pinned.fetch_or(bit, O::Relaxed);
+        }
+        if self.linked.load(O::Relaxed) & bit == 0 && st.arm_sentinel(h) {
+            self.linked.fetch_or(bit, O::Relaxed);
         }
         if u64::from(proc) < 1 << 23 {
             let entry = u64::from(proc) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h);
@@ -455,7 +468,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             None => return,
             Some(ClaimReason::Vacant) => OpCode::LeaseClaimVacant,
             Some(ClaimReason::Preempt) => OpCode::LeaseClaimPreempt,
-            Some(ClaimReason::Stale) => OpCode::LeaseClaimStale,
+            // An exiting holder is taken over as stale (counter `claim_exiting` tells).
+            Some(ClaimReason::Stale | ClaimReason::Exiting) => OpCode::LeaseClaimStale,
             Some(ClaimReason::Dead) => OpCode::LeaseClaimDeadOwner,
         };
         self.state().ring.record(op, 0, generation);

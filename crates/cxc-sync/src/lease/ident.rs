@@ -119,6 +119,100 @@ impl LeaseState {
         }
     }
 
+    /// Puts slot `holder` (registered by this process, pinned by the caller's handle) on
+    /// this process's sentinel list if no handle has, and stores the sentinel's thread id
+    /// in it (`sentinel.rs`). Also after an exec, whose sentinel ended (the word says
+    /// `FUTEX_OWNER_DIED`): the new image's sentinel takes over the slot. Returns whether
+    /// the caller's handle linked it (and must unlink it before unmapping). The caller
+    /// holds [`REGISTRY`].
+    #[cfg(all(target_os = "linux", not(cxc_loom)))]
+    pub(crate) fn arm_sentinel(&self, holder: u8) -> bool {
+        let Some(slot) = self.slot(holder) else {
+            return false;
+        };
+        let was = slot.sentinel.load(Ordering::Acquire);
+        if super::sentinel::armed(was) {
+            return false;
+        }
+        let Some(tid) = super::sentinel::link(&slot.robust) else {
+            return false;
+        };
+        // SeqCst, before any claim this process makes through the slot from now on: a
+        // claimant that sees such a claim sees this word too.
+        slot.sentinel.store(tid, Ordering::SeqCst);
+        if super::sentinel::exiting(was) {
+            // Our own slot, whose sentinel ended while this process lives: an earlier
+            // image of this process exec'd. Its claims end with it (as a robust mutex's
+            // owner's and an `O_CLOEXEC` flock's do), whether or not a waiter saw it.
+            self.end_claims_before_exec(holder);
+        }
+        true
+    }
+
+    /// Without a sentinel (not Linux): nothing to arm.
+    #[cfg(not(all(target_os = "linux", not(cxc_loom))))]
+    pub(crate) fn arm_sentinel(&self, _holder: u8) -> bool {
+        false
+    }
+
+    /// Takes slot `holder` off this process's sentinel list and clears its sentinel word
+    /// (the handle that linked it is going); waiters sleeping on the word look again.
+    /// The caller holds [`REGISTRY`].
+    #[cfg(all(target_os = "linux", not(cxc_loom)))]
+    pub(crate) fn disarm_sentinel(&self, holder: u8) {
+        if let Some(slot) = self.slot(holder) {
+            super::sentinel::unlink(&slot.robust);
+            super::sentinel::disarm(&slot.sentinel);
+        }
+    }
+
+    #[cfg(not(all(target_os = "linux", not(cxc_loom))))]
+    pub(crate) fn disarm_sentinel(&self, _holder: u8) {}
+
+    /// The sentinel word of the current holder's slot and the value to sleep on, with
+    /// `FUTEX_WAITERS` set in it (so the kernel wakes a sleeper when the holder's process
+    /// starts to exit); `None` when the lease is vacant, held through `mine` (the
+    /// caller's own slot), or its holder has no live sentinel.
+    #[cfg(all(target_os = "linux", not(cxc_loom)))]
+    pub(crate) fn sentinel_to_sleep_on(
+        &self,
+        mine: u8,
+    ) -> Option<(&crate::primitive::AtomicU32, u32)> {
+        use super::sentinel::{FUTEX_WAITERS, armed};
+        let cur = self.word();
+        if cur.is_vacant() || cur.holder() == mine {
+            return None;
+        }
+        let word = &self.slot(cur.holder())?.sentinel;
+        let mut v = word.load(Ordering::SeqCst);
+        while armed(v) && v & FUTEX_WAITERS == 0 {
+            match word.compare_exchange(v, v | FUTEX_WAITERS, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => v |= FUTEX_WAITERS,
+                Err(actual) => v = actual,
+            }
+        }
+        armed(v).then_some((word, v))
+    }
+
+    /// Without a sentinel (not Linux): none to sleep on.
+    #[cfg(not(all(target_os = "linux", not(cxc_loom))))]
+    #[allow(dead_code)]
+    pub(crate) fn sentinel_to_sleep_on(
+        &self,
+        _mine: u8,
+    ) -> Option<(&crate::primitive::AtomicU32, u32)> {
+        None
+    }
+
+    /// Whether the process that registered slot `holder` is exiting or has exec'd, by its
+    /// sentinel (`sentinel.rs`): then its claims are taken over as stale.
+    #[inline]
+    pub(crate) fn slot_exiting(&self, holder: u8) -> bool {
+        self.slot(holder).is_some_and(|s| {
+            s.sentinel.load(Ordering::Acquire) & super::slot::SENTINEL_EXITING != 0
+        })
+    }
+
     /// Takes slot `holder` (whose state word was `s`) to BUSY if nothing refers to it,
     /// re-checking under BUSY (a reference made before then puts `s` back). Returns
     /// whether the caller now owns the slot.

@@ -7,12 +7,16 @@ mod ident;
 #[cfg(all(test, cxc_loom))]
 mod loom_tests;
 mod os;
+#[cfg(all(target_os = "linux", not(cxc_loom)))]
+mod sentinel;
 mod slot;
 mod state;
 mod word;
 mod write;
 
 pub use claim::{DEFAULT_GRACE_EPOCHS, LeaseClaim, LeaseError, LeaseOptions, Preemption};
+#[cfg(all(feature = "async", target_os = "linux", not(cxc_loom)))]
+pub(crate) use sentinel::host as host_on_sentinel;
 pub use state::{LeaseStats, PAYLOAD_BYTES, counter};
 
 /// The seed's name for "no owner": pid 0 is reserved and never a holder (every call

@@ -6,7 +6,7 @@
 #[cfg(not(cxc_loom))]
 use zerocopy::{FromBytes, KnownLayout};
 
-use crate::primitive::{AtomicU64, Ordering};
+use crate::primitive::{AtomicU32, AtomicU64, Ordering};
 
 use super::os::Identity;
 
@@ -15,6 +15,9 @@ pub(crate) const IDENT_SLOTS: usize = 64;
 pub(super) const BUSY: u64 = 1;
 const VALID: u64 = 2;
 const VERSION_ONE: u64 = 4;
+/// `FUTEX_OWNER_DIED` in a slot's sentinel word: the registering process's sentinel
+/// thread ended, so that process is exiting or has exec'd (`sentinel.rs`).
+pub(crate) const SENTINEL_EXITING: u32 = 0x4000_0000;
 /// Pid-word flag of a slot used by guards (`LeaseGuard`), which pid calls never match.
 pub(crate) const PRIVATE_SLOT: u64 = 1 << 32;
 
@@ -45,13 +48,26 @@ cxc_mmf::atomic_layout! {
         pub(crate) pid: AtomicU64,
         pub(crate) ident: [AtomicU64; 4],
         /// Handles of the registering process that use this slot (see `unpin`).
-        pub(crate) handles: AtomicU64,
-        _reserved: AtomicU64,
+        pub(crate) handles: AtomicU32,
+        /// The registering process's sentinel (`sentinel.rs`): its thread id while a
+        /// handle keeps the slot on the sentinel's robust futex list, 0 when none; the
+        /// kernel replaces the id by `FUTEX_OWNER_DIED` when that thread ends (the
+        /// process exits or execs). Waiters set `FUTEX_WAITERS` to be woken then.
+        pub(crate) sentinel: AtomicU32,
+        /// The slot's entry in the sentinel's robust list (`struct robust_list`: the
+        /// address of the next entry, in the registering process's address space). Only
+        /// the registering process writes it and only its kernel reads it; nobody
+        /// dereferences it.
+        pub(crate) robust: AtomicU64,
     }
 }
 
 #[cfg(not(cxc_loom))]
 const _: () = assert!(size_of::<IdentSlot>() == 64);
+/// Where the kernel finds a slot's sentinel word from its robust-list entry.
+#[cfg(not(cxc_loom))]
+pub(crate) const SENTINEL_FROM_ENTRY: isize = std::mem::offset_of!(IdentSlot, sentinel) as isize
+    - std::mem::offset_of!(IdentSlot, robust) as isize;
 
 impl IdentSlot {
     #[cfg(cxc_loom)]
@@ -60,8 +76,9 @@ impl IdentSlot {
             state: AtomicU64::new(0),
             pid: AtomicU64::new(0),
             ident: std::array::from_fn(|_| AtomicU64::new(0)),
-            handles: AtomicU64::new(0),
-            _reserved: AtomicU64::new(0),
+            handles: AtomicU32::new(0),
+            sentinel: AtomicU32::new(0),
+            robust: AtomicU64::new(0),
         }
     }
 
@@ -84,6 +101,8 @@ impl IdentSlot {
     pub(super) fn fill(&self, from: u64, pid: u64, ident: &Identity) {
         self.pid.store(pid, Ordering::Relaxed);
         self.handles.store(0, Ordering::Relaxed);
+        self.sentinel.store(0, Ordering::Relaxed);
+        self.robust.store(0, Ordering::Relaxed);
         for (dst, w) in self.ident.iter().zip(ident.to_words()) {
             dst.store(w, Ordering::Relaxed);
         }

@@ -92,6 +92,9 @@ crate::macros::counters! {
         QUARANTINE_REAPED = quarantine_reaped,
         /// Writes refused because every buffer was published, staged or in quarantine.
         NO_BUFFER = no_buffer,
+        /// Claims that took over a holder whose process was exiting or had exec'd (its
+        /// sentinel thread ended; taken over as stale, `sentinel.rs`).
+        CLAIM_EXITING = claim_exiting,
     }
     /// A snapshot of a lease's cumulative event counters
     /// ([`OwnerLease::stats`](crate::OwnerLease::stats)), field by field as in
@@ -187,6 +190,8 @@ pub(crate) enum ClaimReason {
     Preempt,
     Stale,
     Dead,
+    /// The holder's process is exiting or has exec'd (its sentinel ended).
+    Exiting,
 }
 
 /// A granted claim: the claim word as installed (or found, for the current holder).

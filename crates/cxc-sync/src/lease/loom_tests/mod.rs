@@ -359,6 +359,37 @@ fn loom_stale_writer_resumes_after_takeover() {
     });
 }
 
+/// L5 + L7 through the sentinel: the holder's process starts to exit (the kernel marks
+/// its slot's sentinel word `FUTEX_OWNER_DIED`) while its write is at any point; a
+/// claimant whose grace never runs out takes it over as exiting, writes, and the exiting
+/// writer's value never appears, its publication fails, and no buffer stays quarantined.
+#[test]
+fn loom_exiting_writer_resumes_after_takeover() {
+    loom::model(|| {
+        let (s, first, got) = writer_of_20_beside(u64::MAX / 2, move |s2, c1| {
+            // The "kernel", at the holder's sentinel's exit.
+            let slot = &s2.idents[usize::from(Word(c1.id).holder()) - 1];
+            slot.sentinel
+                .store(super::slot::SENTINEL_EXITING, Ordering::SeqCst);
+            let (c2, _) = claim(s2, NEVER, 30, u64::MAX / 2, false)
+                .expect("an exiting holder is taken over whatever its heartbeat");
+            let wrote = s2.write_if(&words(100), PAYLOAD_WORDS, |w| w.id() == c2.id);
+            (c2, wrote)
+        });
+        let (c2, wrote) = got;
+        assert!(wrote.is_ok(), "a fresh holder with free buffers writes");
+        let read = s.read_if(PAYLOAD_WORDS, |w| w.id() == c2.id).unwrap();
+        assert_eq!(read, words(100), "the exiting writer's value appeared");
+        assert_eq!(s.word().id(), c2.id);
+        assert_eq!(s.word().quarantine(), 0);
+        assert!(first.is_ok() || first == Err(WriteRefused::Lost));
+        assert_eq!(
+            s.counters[super::state::counter::CLAIM_EXITING].load(Ordering::Relaxed),
+            1
+        );
+    });
+}
+
 /// L7 for readers: a reader that loaded the claim word before a publication and a
 /// refill of the buffer it names never returns that refill unless it is published. Here
 /// the refill's publication fails (the writer is superseded as stale in between), so its
