@@ -20,8 +20,9 @@
 //!
 //! The sentinel tells that the holder's process *is exiting*, not that it is gone: its
 //! other threads may still be running user code for a few microseconds (until they take
-//! their SIGKILL), which is why the lease does not take it as a death certificate (see
-//! `benches/notes.md`, section `xproc.failover_vs_flock`).
+//! their SIGKILL), which is why the lease takes it as a stale claim, not as a death
+//! certificate (`lease_os` uses it; see `benches/notes.md`, section
+//! `xproc.failover_vs_flock`, and docs/owner-lease.md, "The sentinel").
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

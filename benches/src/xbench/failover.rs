@@ -2,8 +2,10 @@
 //! waiting for the lock; the latency is from just before `kill` (parent's
 //! `CLOCK_MONOTONIC`) to the waiter's lock call returning (waiter's `CLOCK_MONOTONIC`).
 //!
-//! - `lease_os`: the holder claimed the lease for its own pid, so its OS identity
-//!   (pid + start time) is recorded; the waiter's blocked `acquire` sees it die.
+//! - `lease_os`: the holder claimed the lease for its own pid; the waiter's blocked
+//!   `acquire` is woken by the kernel when the holder's sentinel thread ends (the
+//!   process starts to exit) and takes the claim over as stale (docs/owner-lease.md,
+//!   "The sentinel"); its OS identity's death is the fallback.
 //! - `lease_heartbeat`: the holder claimed for a pid that is not its own and beats every
 //!   [`BEAT`]; epochs are `CLOCK_MONOTONIC` ticks of [`TICK`] and the waiter's grace is
 //!   [`GRACE`] epochs. The claim still names the process that made it (the identity

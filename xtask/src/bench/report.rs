@@ -649,10 +649,12 @@ fn failover_table(md: &mut String, goals: &mut Vec<Goal>, data: &Data) {
     md.push_str(
         "The holder process is SIGKILLed while a second process is blocked waiting; latency \
          is from just before `kill` to the waiter's lock call returning. `lease_os`: the \
-         holder claimed for its own pid, the waiter sees its OS identity (pidfs inode, else \
-         pid + start time) die. `lease_heartbeat`: the holder claimed for a pid that is not its own and beats \
+         holder claimed for its own pid; the waiter, asleep on the holder's sentinel word \
+         too, is woken by the kernel when the holder's process starts to exit and takes the \
+         claim over as stale (`docs/owner-lease.md`, \"The sentinel\"; the OS identity's \
+         death, later, is the fallback). `lease_heartbeat`: the holder claimed for a pid that is not its own and beats \
          with clock epochs; the claim still names the process that made it \
-         (`docs/owner-lease.md`, Identity), so the waiter sees that process die too, as in \
+         (`docs/owner-lease.md`, Identity), so the waiter sees that process exit too, as in \
          `lease_os` (staleness would take the grace).",
     );
     if let Some(n) = data.notes.get("failover_heartbeat") {

@@ -73,6 +73,11 @@ pub(crate) enum Next {
     /// Nothing to do until the wake word changes, the reactor is kicked (a watched
     /// holder died), or this long has passed (time alone may change the verdict then).
     Within(Duration),
+    /// As `Within`, and also look when the `AtomicU32` at the address no longer holds the
+    /// value: a lease holder's sentinel word, in the same mapping as the group's wake word
+    /// (so valid as long as the group), which the kernel changes, waking a sleeper, when
+    /// the holder's process starts to exit (docs/owner-lease.md, "The sentinel").
+    WithinOr(Duration, usize, u32),
 }
 
 impl Next {
@@ -411,24 +416,36 @@ impl Reactor {
                     // and we hold the registry lock, so the group cannot go away now.
                     let word = unsafe { &*(group.word as *const AtomicU32) };
                     let announced = park::announce(word);
+                    let shared_wait = |addr: usize, val: u32| {
+                        let mut w = futex::Wait::new();
+                        w.val = u64::from(val);
+                        w.uaddr = futex::WaitPtr::new(addr as *mut core::ffi::c_void);
+                        // Shared (not PRIVATE): the word lives in a MAP_SHARED mapping.
+                        w.flags = futex::WaitFlags::SIZE_U32;
+                        w
+                    };
                     match (group.check)() {
                         Next::Now => {
                             let (id, waker) = &group.waiters[0];
                             group.in_flight = Some(*id);
                             waker.wake_by_ref();
                         }
-                        Next::Within(d) if waits.len() <= MAX_WORDS => {
+                        next @ (Next::Within(d) | Next::WithinOr(d, ..))
+                            if waits.len() <= MAX_WORDS =>
+                        {
                             nap = nap.min(d);
-                            let mut w = futex::Wait::new();
-                            w.val = u64::from(announced);
-                            w.uaddr = futex::WaitPtr::new(group.word as *mut core::ffi::c_void);
-                            // Shared (not PRIVATE): the word lives in a MAP_SHARED mapping.
-                            w.flags = futex::WaitFlags::SIZE_U32;
-                            waits.push(w);
+                            waits.push(shared_wait(group.word, announced));
                             slept.push((*key, group.word, announced));
+                            // The extra word only while there is room (else the holder's
+                            // exit is seen at its pidfd, or by polling).
+                            if let Next::WithinOr(_, addr, val) = next
+                                && waits.len() <= MAX_WORDS
+                            {
+                                waits.push(shared_wait(addr, val));
+                            }
                         }
                         // Past the limit no release wakes the group: look every tick.
-                        Next::Within(d) => nap = nap.min(d).min(TICK),
+                        Next::Within(d) | Next::WithinOr(d, ..) => nap = nap.min(d).min(TICK),
                     }
                 }
             }

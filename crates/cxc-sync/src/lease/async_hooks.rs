@@ -9,6 +9,7 @@ use super::state::LeaseState;
 use crate::asyncs::reactor::{IDLE_MAX, Next, TICK};
 use crate::epoch::{EpochClock, EpochMode};
 use crate::primitive::Ordering;
+use std::time::Duration;
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Address of the wake word (the key of this handle's reactor groups).
@@ -58,14 +59,26 @@ impl LeaseState {
         if now.saturating_sub(beat) > grace {
             return Next::Now;
         }
+        // The holder's process is exiting or has exec'd (its sentinel ended): a claim
+        // takes it over as stale.
+        if self.slot_exiting(w.holder()) {
+            return Next::Now;
+        }
         // Stale once the epoch passes `beat + grace`. A beat meanwhile only moves that
         // later: the reactor then looks once more, early, and waits again.
         let stale_in = clock
             .until(&self.epoch, beat.saturating_add(grace).saturating_add(1))
             .unwrap_or(IDLE_MAX);
+        // Sleep on the holder's sentinel word too, if it has one: the kernel wakes the
+        // reactor there when the holder's process starts to exit, before its pidfd.
+        let within = |d: Duration| match self.sentinel_to_sleep_on(0) {
+            Some((word, v)) => Next::WithinOr(d, std::ptr::from_ref(word) as usize, v),
+            None => Next::Within(d),
+        };
         let Some(id) = self.holder_identity(w) else {
-            // No recorded identity (heartbeat path): only staleness can free the lease.
-            return Next::Within(stale_in);
+            // No recorded identity (heartbeat path): only staleness (or the sentinel) can
+            // free the lease.
+            return within(stale_in);
         };
         if watch.as_ref().is_none_or(|(c, _)| *c != id) {
             let pw = PidWatch::open(&id);
@@ -81,15 +94,11 @@ impl LeaseState {
                     true
                 } else {
                     // No pidfd: the holder's death is seen only by polling.
-                    return Next::Within(stale_in.min(TICK));
+                    return within(stale_in.min(TICK));
                 }
             }
             None => false,
         };
-        if dead {
-            Next::Now
-        } else {
-            Next::Within(stale_in)
-        }
+        if dead { Next::Now } else { within(stale_in) }
     }
 }

@@ -60,7 +60,8 @@ struct Sentinel {
     head: &'static RobustHead,
     /// The linked entries, in list order (addresses of `robust` words).
     entries: Vec<usize>,
-    /// The thread, to unpark when it is given a job.
+    /// The thread, to unpark when it is given a job (`host`, with feature `async`).
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
     thread: std::thread::Thread,
 }
 
@@ -137,6 +138,7 @@ fn ensure(guard: &mut Option<Sentinel>) -> Option<&mut Sentinel> {
     guard.as_mut()
 }
 
+#[cfg(feature = "async")]
 /// Runs `job`, which runs for the life of the process (the async reactor's death watch),
 /// on this process's sentinel thread, started if needed, instead of on a thread of its
 /// own: the sentinel only sleeps otherwise, and lives as long as the process, so the job
