@@ -20,8 +20,9 @@
 //!   (`prev_gen(s) == gen(s-1)`), and the final payload agrees with the logs;
 //! - progress (L5): a holder that the OS shows dead is replaced within seconds, and the
 //!   supervisor can claim the lease after all workers exit;
-//! - dead means dead: `claim_dead_owner` (takeovers of holders judged dead) never exceeds
-//!   the number of lease processes that really died (SIGKILLs, crashes). Some worker
+//! - dead means dead: `claim_dead_owner` + `claim_exiting` (takeovers of holders judged
+//!   dead, or exiting by their sentinel) never exceeds the number of lease processes that
+//!   really died (SIGKILLs, crashes). Some worker
 //!   processes are half-exited (their main thread exited, `/proc/PID/stat` says `Z`, a
 //!   worker thread keeps claiming); a lease that took such a live holder for dead would
 //!   count takeovers no death accounts for;
@@ -627,12 +628,19 @@ pub(crate) fn final_check(ctx: &Ctx, deaths: u64) -> Result<Report, String> {
     // for at most one takeover as dead (the supervisor's final acquire included); more
     // means a live holder (e.g. a half-exited process, whose main thread is a zombie) was
     // judged dead.
-    let dead_takeovers = open_lease(&ctx.dir)?.status().counters[counter::CLAIM_DEAD];
+    // A takeover through the holder's sentinel (the process was exiting) counts the same:
+    // a live holder's sentinel never ends (the workers never exec).
+    let counters = open_lease(&ctx.dir)?.status().counters;
+    let (dead, exiting) = (
+        counters[counter::CLAIM_DEAD],
+        counters[counter::CLAIM_EXITING],
+    );
+    let dead_takeovers = dead + exiting;
     if dead_takeovers > deaths {
         ctx.violate(
             "L5 dead means gone",
             format_args!(
-                "claim_dead_owner is {dead_takeovers}, but only {deaths} lease worker processes died"
+                "claim_dead_owner + claim_exiting is {dead} + {exiting}, but only {deaths} lease worker processes died"
             ),
         );
     }

@@ -717,10 +717,11 @@ fn summary(sup: &Supervisor, elapsed: Duration, reports: Reports) -> String {
         );
         let _ = writeln!(
             s,
-            "  sibling releases by pid: {} ({} while the sibling was writing); claim_dead_owner {} (at most {}: lease processes that died)",
+            "  sibling releases by pid: {} ({} while the sibling was writing); claim_dead_owner {} + claim_exiting {} (at most {}: lease processes that died)",
             ctx.stat(Stat::LeaseSibReleases),
             ctx.stat(Stat::LeaseSibReleasesWriting),
             counter_of(&r.counters, "claim_dead_owner"),
+            counter_of(&r.counters, "claim_exiting"),
             r.deaths,
         );
         for (mode, m) in &sup.modes {

@@ -172,7 +172,7 @@ impl LeaseState {
     /// The sentinel word of the current holder's slot and the value to sleep on, with
     /// `FUTEX_WAITERS` set in it (so the kernel wakes a sleeper when the holder's process
     /// starts to exit); `None` when the lease is vacant, held through `mine` (the
-    /// caller's own slot), or its holder has no live sentinel.
+    /// caller's own slot) or by this very process, or its holder has no live sentinel.
     #[cfg(all(target_os = "linux", not(cxc_loom)))]
     pub(crate) fn sentinel_to_sleep_on(
         &self,
@@ -183,7 +183,15 @@ impl LeaseState {
         if cur.is_vacant() || cur.holder() == mine {
             return None;
         }
-        let word = &self.slot(cur.holder())?.sentinel;
+        let slot = self.slot(cur.holder())?;
+        // A holder in this very process cannot exit while we wait: nothing to sleep on.
+        if slot
+            .read()
+            .is_some_and(|(_, id)| id == crate::liveness::Identity::current())
+        {
+            return None;
+        }
+        let word = &slot.sentinel;
         let mut v = word.load(Ordering::SeqCst);
         while armed(v) && v & FUTEX_WAITERS == 0 {
             match word.compare_exchange(v, v | FUTEX_WAITERS, Ordering::SeqCst, Ordering::SeqCst) {
