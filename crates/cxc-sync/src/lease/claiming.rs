@@ -108,6 +108,7 @@ impl LeaseState {
             return None;
         }
         let mut spins = 0u32;
+        let mut reaped = false;
         let mut cache: Option<(u64, Liveness)> = None;
         let mut judge = |state: &Self, word: Word| -> Liveness {
             match cache {
@@ -208,6 +209,14 @@ impl LeaseState {
                 .next_gen();
             let stage = next.free_buffer();
             if write && stage.is_none() {
+                // Every buffer published, staged or in quarantine: free the quarantines of
+                // writers that are gone (or going), once, and look again.
+                if !reaped {
+                    reaped = true;
+                    self.reap_quarantine();
+                    cur = self.word();
+                    continue;
+                }
                 self.bump(counter::NO_BUFFER, 1);
                 return None;
             }

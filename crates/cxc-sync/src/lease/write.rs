@@ -52,6 +52,11 @@ impl WriteWait {
     }
 }
 
+/// How long a writer that finds no free buffer waits, at most, for the processes of
+/// quarantined writers that their sentinel says are exiting to be gone (`reap_quarantine`).
+#[cfg(not(cxc_loom))]
+const EXITING_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl LeaseState {
     /// Writes `words` as the claim matching `accept`: start (WRITE), fill the staging
     /// buffer, publish (one CAS that succeeds only if the claim is unchanged: L2). The
@@ -334,9 +339,15 @@ impl LeaseState {
         self.unquarantine(s, self.word(), ours, counter::QUARANTINE_FREED);
     }
 
-    /// Frees every quarantined buffer whose writer's process the OS proves gone.
+    /// Frees every quarantined buffer whose writer's process the OS proves gone. A writer
+    /// whose process its sentinel says is exiting (a takeover quarantined its buffer
+    /// because its threads might still run) is waited for, up to [`EXITING_WAIT`] for the
+    /// whole call: it is normally gone within a millisecond, and without it a holder that
+    /// took over from a run of killed writers would find no buffer.
     #[cold]
     pub(crate) fn reap_quarantine(&self) {
+        #[cfg(not(cxc_loom))]
+        let started = std::time::Instant::now();
         let mut cur = self.word();
         for b in 0..BUFS {
             if !cur.is_quarantined(b) {
@@ -344,7 +355,13 @@ impl LeaseState {
             }
             let tag = self.qowner[b].load(Ordering::Acquire);
             let holder = (tag & 0xFF) as u8;
-            if self.slot_liveness(holder) != Liveness::Dead {
+            let mut gone = self.slot_liveness(holder) == Liveness::Dead;
+            #[cfg(not(cxc_loom))]
+            while !gone && self.slot_exiting(holder) && started.elapsed() < EXITING_WAIT {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                gone = self.slot_liveness(holder) == Liveness::Dead;
+            }
+            if !gone {
                 continue;
             }
             cur = self.unquarantine(b, cur, |t| t == tag, counter::QUARANTINE_REAPED);
