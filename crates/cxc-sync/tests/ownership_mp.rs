@@ -1895,6 +1895,11 @@ fn holder_whose_main_thread_exited_is_alive() {
     );
     assert!(t.elapsed() >= Duration::from_millis(400));
     assert_eq!(counters(&lease)[counter::CLAIM_DEAD], 0);
+    assert_eq!(
+        counters(&lease)[counter::CLAIM_EXITING],
+        0,
+        "its sentinel ended"
+    );
     let fin = kid.next_report(REPORT_WAIT);
     assert!(flag(&fin, "published"), "{fin}");
     let c = lease
