@@ -70,7 +70,26 @@ fn pid_alive(pid: u32) -> bool {
         .rfind(')')
         .and_then(|i| stat[i + 1..].split_whitespace().next())
         .unwrap_or("X");
-    !matches!(state, "Z" | "X" | "x")
+    !matches!(state, "Z" | "X" | "x") && !every_thread_in_exit(pid)
+}
+
+/// Whether every thread of `pid` is in the kernel's exit (`PF_EXITING`, 0x4, in field 9
+/// of its `stat`): none of them can run user code again, so the process cannot be inside
+/// the lease any more (a takeover through its sentinel comes then, before it is a zombie;
+/// docs/owner-lease.md, "The sentinel").
+fn every_thread_in_exit(pid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    dir.flatten().all(|t| {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return true;
+        };
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(6))
+            .and_then(|f| f.parse::<u64>().ok())
+            .is_some_and(|f| f & 0x4 != 0)
+    })
 }
 
 fn runtime(workers: usize) -> tokio::runtime::Runtime {
@@ -151,7 +170,8 @@ const X_ENTRIES: usize = 3;
 
 /// Worker: 60 tasks loop on `lock_owned_async` under random timeouts (cancellation at
 /// random points), and inside the lease swap their tag into a shared owner word: the
-/// previous tag must be 0 or name a dead process.
+/// previous tag must be 0 or name a process that can no longer run (dead, or with every
+/// thread in the kernel's exit).
 fn role_x_worker() {
     let lease = Arc::new(OwnerLease::<u64>::open(path_arg("lease")).unwrap());
     let w = words(&path_arg("shared"), 8);

@@ -206,6 +206,40 @@ pub enum Liveness {
     Unknown,
 }
 
+/// Whether no thread of the process `id` can run user code again: the process is dead,
+/// or every thread `/proc/<pid>/task` lists is in the kernel's exit (`PF_EXITING`, set
+/// at the start of `do_exit`, after which a thread never returns to user mode). `false`
+/// when it cannot be told for `id` (unknown identity, another pid namespace, no `/proc`),
+/// or while any thread may still run: a process whose main thread exited (`Z`) but
+/// whose other threads run, or one that exec'd and lives on, is not stopped. A process
+/// that is being killed reaches it within microseconds of its last thread taking the
+/// signal, well before it is dead.
+pub fn threads_stopped(id: &Identity) -> bool {
+    match liveness(id) {
+        Liveness::Dead => return true,
+        Liveness::Unknown => return false,
+        Liveness::Alive => {}
+    }
+    // The pid named `id` a moment ago; if it is reaped and reused while we read, `id` is
+    // dead anyway, whatever we conclude.
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{}/task", id.pid)) else {
+        return liveness(id) == Liveness::Dead;
+    };
+    for entry in dir {
+        let Ok(entry) = entry else { return false };
+        match std::fs::read(entry.path().join("stat")) {
+            Ok(stat) if procfs::stat_flags(&stat).is_some_and(|f| f & PF_EXITING != 0) => {}
+            // The thread is gone since the listing.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// `PF_EXITING` in a task's flags (`/proc/<pid>/task/<tid>/stat`, field 9).
+const PF_EXITING: u64 = 0x4;
+
 /// Whether the process `id` still exists (see the module documentation for the rules).
 /// Allocation-free.
 pub fn liveness(id: &Identity) -> Liveness {

@@ -36,6 +36,14 @@ pub fn parse_stat(bytes: &[u8]) -> Option<ProcStatus> {
     parse_stat_full(bytes).map(|(st, _)| st)
 }
 
+/// The task flags (field 9) of a `stat` file's text.
+pub(super) fn stat_flags(bytes: &[u8]) -> Option<u64> {
+    let close = bytes.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(bytes.get(close + 1..)?).ok()?;
+    // Fields 3 (state) to 8 come first.
+    rest.split_ascii_whitespace().nth(6)?.parse().ok()
+}
+
 /// The status and, whatever the state letter, the start time (field 22).
 fn parse_stat_full(bytes: &[u8]) -> Option<(ProcStatus, u64)> {
     let close = bytes.iter().rposition(|&b| b == b')')?;

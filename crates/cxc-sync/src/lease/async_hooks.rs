@@ -59,9 +59,10 @@ impl LeaseState {
         if now.saturating_sub(beat) > grace {
             return Next::Now;
         }
-        // The holder's process is exiting or has exec'd (its sentinel ended): a claim
-        // takes it over as stale.
-        if self.slot_exiting(w.holder()) {
+        // The holder's process is exiting (its sentinel ended) and none of its threads can
+        // run user code again: a claim takes it over as stale. (Exiting but not stopped
+        // yet: its pidfd, watched below, turns readable soon.)
+        if self.slot_exiting(w.holder()) && self.holder_stopped(w) {
             return Next::Now;
         }
         // Stale once the epoch passes `beat + grace`. A beat meanwhile only moves that

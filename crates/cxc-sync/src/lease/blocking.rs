@@ -30,6 +30,11 @@ const WATCHED_POLL: Duration = Duration::from_millis(25);
 /// The shortest of those sleeps, so that a staleness moment due but not yet seen (clock
 /// rounding) does not make the waiter spin.
 const WATCHED_MIN: Duration = Duration::from_millis(1);
+/// How long after a waiter first saw the holder's sentinel say its process is exiting,
+/// while some thread of it may still run (it takes its signal within microseconds), the
+/// waiter looks again after a `yield_now` instead of sleeping (an exec also ends the
+/// sentinel, and the process then lives on: the waiter goes back to its usual sleeps).
+const EXITING_POLL_FOR: Duration = Duration::from_millis(20);
 
 /// How a blocked waiter learns that the holder's process died.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +194,8 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // This wait's use of the handle's death watcher (dropped when the wait ends).
         let mut cover: Option<Cover> = None;
         let mut naps = 0u32;
+        // The claim whose holder the waiter first saw exiting, and when.
+        let mut exiting_since: Option<(u64, Instant)> = None;
         let result = loop {
             st.waiters.fetch_add(1, Ordering::Relaxed);
             // SYNC: park. Announce, then re-check with an RMW on the claim word, so
@@ -216,16 +223,29 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 // it); a longer wait gets one, and then sleeps long. A watcher this handle
                 // kept from an earlier wait on the same holder process covers the first
                 // sleep too.
-                let nap = match self.watched(&mut cover, naps > 0) {
+                let mut nap = match self.watched(&mut cover, naps > 0) {
                     Death::Watched | Death::Impossible => self
                         .stale_in(grace)
                         .clamp(WATCHED_MIN, WATCHED_POLL),
                     Death::Polled if naps == 0 => FIRST_NAP,
                     Death::Polled => BLOCKED_POLL,
                 };
+                let cur = st.word();
+                if !cur.is_vacant() && st.slot_exiting(cur.holder()) {
+                    let since = match exiting_since {
+                        Some((id, t)) if id == cur.id() => t,
+                        _ => exiting_since.insert((cur.id(), Instant::now())).1,
+                    };
+                    if since.elapsed() < EXITING_POLL_FOR {
+                        nap = Duration::ZERO;
+                    }
+                }
                 naps += 1;
                 match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
                     Some(Duration::ZERO) => timed_out = true,
+                    // The holder is exiting: let its threads reach their exit (on this
+                    // CPU too) rather than sleep a timer's slack, and look again.
+                    _ if nap.is_zero() => std::thread::yield_now(),
                     rem => {
                         let nap = rem.map_or(nap, |r| r.min(nap));
                         // Also on the holder's sentinel word, if it has one: the kernel

@@ -141,10 +141,11 @@ impl LeaseState {
                 ClaimReason::Preempt
             } else if now.saturating_sub(self.heartbeat.load(Ordering::Acquire)) > grace {
                 ClaimReason::Stale
-            } else if self.slot_exiting(cur.holder()) {
-                // The holder's process is exiting or has exec'd (its sentinel ended):
-                // stale, not dead — its other threads may still run for a moment, so a
-                // staging buffer in use is quarantined below as for any stale holder.
+            } else if self.slot_exiting(cur.holder()) && self.holder_stopped(cur) {
+                // The holder's process is exiting (its sentinel ended) and none of its
+                // threads can run user code again: taken over as stale, not as dead (the
+                // slot is not free until the OS proves the group gone); a staging buffer
+                // that may be in use is quarantined below as for any stale holder.
                 ClaimReason::Exiting
             } else {
                 verdict = judge(self, cur);
@@ -310,21 +311,6 @@ impl LeaseState {
         }
         self.bump(counter::CLAIM_DEAD, 1);
         true
-    }
-
-    /// Vacates the claim of slot `holder` made by an earlier image of this very process
-    /// (it exec'd: its sentinel word says so, see `arm_sentinel`), and frees the buffers
-    /// that image's superseded writes left in quarantine: none of its threads can store
-    /// again (its memory is gone), and the new image cannot know of its claims.
-    #[cfg(all(target_os = "linux", not(cxc_loom)))]
-    pub(crate) fn end_claims_before_exec(&self, holder: u8) {
-        loop {
-            let cur = self.word();
-            if cur.is_vacant() || cur.holder() != holder || self.vacate(cur) {
-                break;
-            }
-        }
-        self.reap_quarantine_of(holder);
     }
 
     /// Vacates the claim `cur`, whose holder can store nothing more, if it is still the

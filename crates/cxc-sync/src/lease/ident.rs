@@ -130,8 +130,9 @@ impl LeaseState {
         let Some(slot) = self.slot(holder) else {
             return false;
         };
-        let was = slot.sentinel.load(Ordering::Acquire);
-        if super::sentinel::armed(was) {
+        // Not armed: never, or by a handle since dropped, or the sentinel of an earlier
+        // image of this process, which exec'd (the same process: its claims stay).
+        if super::sentinel::armed(slot.sentinel.load(Ordering::Acquire)) {
             return false;
         }
         let Some(tid) = super::sentinel::link(&slot.robust) else {
@@ -140,12 +141,6 @@ impl LeaseState {
         // SeqCst, before any claim this process makes through the slot from now on: a
         // claimant that sees such a claim sees this word too.
         slot.sentinel.store(tid, Ordering::SeqCst);
-        if super::sentinel::exiting(was) {
-            // Our own slot, whose sentinel ended while this process lives: an earlier
-            // image of this process exec'd. Its claims end with it (as a robust mutex's
-            // owner's and an `O_CLOEXEC` flock's do), whether or not a waiter saw it.
-            self.end_claims_before_exec(holder);
-        }
         true
     }
 
@@ -210,6 +205,22 @@ impl LeaseState {
         _mine: u8,
     ) -> Option<(&crate::primitive::AtomicU32, u32)> {
         None
+    }
+
+    /// Whether no thread of the process behind the claim `word` can run user code again
+    /// (`cxc_mmf::identity::threads_stopped`: every thread in the kernel's exit, or the
+    /// process dead). With the sentinel's mark, this is what lets a claimant take over at
+    /// once: the mark says the process is exiting (or exec'd), this that none of its
+    /// threads can still be in a critical section. Loom models only the mark.
+    pub(crate) fn holder_stopped(&self, word: Word) -> bool {
+        #[cfg(cxc_loom)]
+        {
+            let _ = word;
+            true
+        }
+        #[cfg(not(cxc_loom))]
+        self.holder_identity(word)
+            .is_some_and(|id| cxc_mmf::identity::threads_stopped(&id))
     }
 
     /// Whether the process that registered slot `holder` is exiting or has exec'd, by its

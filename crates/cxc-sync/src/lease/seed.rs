@@ -56,11 +56,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[cold]
     #[inline(never)]
     fn held_as_slow(&self, word: Word, pid: u32) -> bool {
-        // The lookup may end claims of an earlier image of this process (it exec'd:
-        // `arm_sentinel`), so `word` must still be the current claim after it.
-        !word.is_vacant()
-            && self.holder(pid, false) == Some(word.holder())
-            && self.state().word().id() == word.id()
+        !word.is_vacant() && self.holder(pid, false) == Some(word.holder())
     }
 
     /// Seed API: releases the lease if `my_pid` holds it (claimed through this process).

@@ -10,9 +10,11 @@
 //! thread's id, replaces the id by `FUTEX_OWNER_DIED` and wakes one waiter of the word.
 //!
 //! What it proves is that the process *is exiting* (or has exec'd), not that it is gone:
-//! other threads may run user code until they take their SIGKILL. So a claimant treats
-//! such a holder as stale, never as dead: it supersedes the claim and quarantines a
-//! staging buffer that may be in use (L7), exactly as for an expired heartbeat.
+//! other threads may run user code until they take their SIGKILL, and an exec'd process
+//! lives on. So a claimant takes such a holder over only once every thread of it is in
+//! the kernel's exit as well (`cxc_mmf::identity::threads_stopped`), and then as stale,
+//! never as dead: it supersedes the claim and quarantines a staging buffer that may be
+//! in use (L7), exactly as for an expired heartbeat.
 //!
 //! The list is changed only under the lease's registration lock (`ident::REGISTRY`),
 //! while the sentinel sleeps, in an order that keeps it well formed at every store (the

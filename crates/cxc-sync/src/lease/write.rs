@@ -368,19 +368,6 @@ impl LeaseState {
         }
     }
 
-    /// Frees every buffer in quarantine for a writer of slot `holder` (an earlier image of
-    /// this process, which exec'd: `end_claims_before_exec`).
-    #[cfg(all(target_os = "linux", not(cxc_loom)))]
-    pub(crate) fn reap_quarantine_of(&self, holder: u8) {
-        let mut cur = self.word();
-        for b in 0..BUFS {
-            let tag = self.qowner[b].load(Ordering::Acquire);
-            if cur.is_quarantined(b) && (tag & 0xFF) as u8 == holder {
-                cur = self.unquarantine(b, cur, |t| t == tag, counter::QUARANTINE_REAPED);
-            }
-        }
-    }
-
     /// Clears buffer `b`'s Q bit, starting from the claim word `cur`, while the bit is set
     /// and `holds` accepts its quarantine record; counts `freed` if it cleared it. Returns
     /// the claim word as last seen (reloaded after clearing).

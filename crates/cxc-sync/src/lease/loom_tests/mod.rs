@@ -363,6 +363,8 @@ fn loom_stale_writer_resumes_after_takeover() {
 /// its slot's sentinel word `FUTEX_OWNER_DIED`) while its write is at any point; a
 /// claimant whose grace never runs out takes it over as exiting, writes, and the exiting
 /// writer's value never appears, its publication fails, and no buffer stays quarantined.
+/// (The real claimant also waits until every thread of the holder is in the kernel's
+/// exit, an OS check loom does not model; the protocol must be safe without it.)
 #[test]
 fn loom_exiting_writer_resumes_after_takeover() {
     loom::model(|| {
