@@ -37,6 +37,20 @@ async fn assert_idle_for_2s(what: &str) {
     assert!(pct < 1.0, "{what} used {pct:.2} % of a core");
 }
 
+/// In a thread of `s`: takes `lease` through `lock_async` (on `block_on`), lets it go at
+/// once, and returns when it had it.
+fn lock_async_in<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    lease: &'s OwnerLease<u64>,
+) -> std::thread::ScopedJoinHandle<'s, Instant> {
+    s.spawn(move || {
+        let g = block_on(lease.lock_async());
+        let t = Instant::now();
+        drop(g);
+        t
+    })
+}
+
 fn lease(dir: &tempfile::TempDir) -> Arc<OwnerLease<u64>> {
     Arc::new(
         OwnerLease::builder(dir.path().join("l"))
@@ -200,12 +214,7 @@ fn async_waiter_takes_over_from_an_unseen_preempting_holder_that_died() {
         };
         let mut p = claimer(4_000_000);
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                let g = block_on(lease.lock_async());
-                let t = Instant::now();
-                drop(g);
-                t
-            });
+            let waiter = lock_async_in(s, &lease);
             std::thread::sleep(Duration::from_millis(150));
             let mut q = claimer(1_000);
             assert_eq!(lease.current_owner(), Some(1_000), "Q preempted P");
@@ -377,12 +386,7 @@ fn async_waiter_takes_a_stopped_holders_lease_when_it_goes_stale() {
     assert_eq!(kid.next_report(Duration::from_secs(10)), "holding");
     let stopped = std::sync::Mutex::new(None::<Instant>);
     std::thread::scope(|s| {
-        let waiter = s.spawn(|| {
-            let g = block_on(lease.lock_async());
-            let t = Instant::now();
-            drop(g);
-            t
-        });
+        let waiter = lock_async_in(s, &lease);
         // Three graces with the holder beating: the waiter must still be waiting.
         std::thread::sleep(GRACE * 3);
         assert!(
@@ -455,12 +459,7 @@ fn block_on_replaces_a_killed_holder_promptly() {
         .spawn();
     assert_eq!(kid.next_report(Duration::from_secs(10)), "holding");
     std::thread::scope(|s| {
-        let waiter = s.spawn(|| {
-            let g = block_on(lease.lock_async());
-            let t = Instant::now();
-            drop(g);
-            t
-        });
+        let waiter = lock_async_in(s, &lease);
         std::thread::sleep(Duration::from_millis(100));
         let killed = Instant::now();
         kid.kill();
@@ -614,12 +613,7 @@ fn async_waiter_claims_within_the_idle_bound_when_the_woken_waiter_is_killed() {
         // Its reactor asleep on the futex.
         std::thread::sleep(Duration::from_millis(150));
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                let g = block_on(lease.lock_async());
-                let t = Instant::now();
-                drop(g);
-                t
-            });
+            let waiter = lock_async_in(s, &lease);
             std::thread::sleep(Duration::from_millis(150));
             assert!(poke.try_acquire(me, BIG));
             let poker = s.spawn(|| drop(block_on(poke.lock_async())));
@@ -679,12 +673,7 @@ fn async_waiter_takes_over_through_the_holders_sentinel() {
         .spawn();
     assert_eq!(kid.next_report(Duration::from_secs(10)), "holding");
     std::thread::scope(|s| {
-        let waiter = s.spawn(|| {
-            let g = block_on(lease.lock_async());
-            let t = Instant::now();
-            drop(g);
-            t
-        });
+        let waiter = lock_async_in(s, &lease);
         std::thread::sleep(Duration::from_millis(200));
         std::fs::write(&go, b"").unwrap();
         std::thread::sleep(Duration::from_millis(300));
