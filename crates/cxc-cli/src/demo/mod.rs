@@ -198,6 +198,40 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
                     })
                 })
             });
+            // Stopped first, so that the board's in-use count can drop before the kill: a
+            // blocked acquirer reclaims the permit the moment the worker is gone, and must
+            // not count it as still in use (a false "cap" violation). If it finished its
+            // unit (and gave its permit back) before the stop, try again later.
+            let victim = victim.filter(|&i| {
+                let pid = workers[i].child.id();
+                let Some(p) = rustix::process::Pid::from_raw(pid as i32) else {
+                    return false;
+                };
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::STOP);
+                let t = Instant::now();
+                while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.rsplit(')')
+                            .next()
+                            .and_then(|r| r.split_whitespace().next())
+                            .map(str::to_owned)
+                    })
+                    .is_some_and(|st| st != "T")
+                    && t.elapsed() < Duration::from_secs(1)
+                {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let busy = (0..table.capacity()).any(|s| {
+                    table.snapshot(s).is_some_and(|snap| {
+                        snap.pid == pid && snap.in_flight_bitmap != 0 && !snap.fenced
+                    })
+                });
+                if !busy {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::CONT);
+                }
+                busy
+            });
             if let Some(i) = victim {
                 let mut w = workers.remove(i);
                 let pid = w.child.id();
@@ -221,11 +255,12 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
                         w.name
                     ),
                 );
+                // It holds a permit (it is stopped mid-unit): the board's live in-use count
+                // drops now; the permit itself comes back when a blocked acquirer reclaims
+                // it, once the worker is gone.
+                board.head(board::IN_USE).fetch_sub(1, Ordering::AcqRel);
                 let _ = w.child.kill();
                 let _ = w.child.wait();
-                // It held a permit (it was mid-unit): the board's live in-use count drops
-                // now; the permit itself comes back when a blocked acquirer reclaims it.
-                board.head(board::IN_USE).fetch_sub(1, Ordering::AcqRel);
                 events::log(
                     &dir,
                     "demo",

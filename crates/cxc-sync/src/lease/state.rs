@@ -92,8 +92,9 @@ crate::macros::counters! {
         QUARANTINE_REAPED = quarantine_reaped,
         /// Writes refused because every buffer was published, staged or in quarantine.
         NO_BUFFER = no_buffer,
-        /// Claims that took over a holder whose process was exiting or had exec'd (its
-        /// sentinel thread ended; taken over as stale, `sentinel.rs`).
+        /// Claims that took over a holder whose process was exiting: its sentinel thread
+        /// ended and every thread of it was in the kernel's exit (taken over as stale,
+        /// `sentinel.rs`).
         CLAIM_EXITING = claim_exiting,
     }
     /// A snapshot of a lease's cumulative event counters
@@ -190,7 +191,8 @@ pub(crate) enum ClaimReason {
     Preempt,
     Stale,
     Dead,
-    /// The holder's process is exiting or has exec'd (its sentinel ended).
+    /// The holder's process is exiting: its sentinel ended and none of its threads can
+    /// run user code again.
     Exiting,
 }
 
