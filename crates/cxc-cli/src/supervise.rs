@@ -410,7 +410,7 @@ pub(crate) fn live_members(pgid: u32) -> Option<Vec<(u32, u32)>> {
 }
 
 /// The state letter and process group in the `stat` file at `path`.
-fn stat_state_pgrp(path: &str) -> Option<(char, u32)> {
+pub(crate) fn stat_state_pgrp(path: &str) -> Option<(char, u32)> {
     let stat = std::fs::read_to_string(path).ok()?;
     // After the command name: state, ppid, pgrp, ...
     let rest = &stat[stat.rfind(')')? + 1..];

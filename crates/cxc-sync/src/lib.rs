@@ -39,6 +39,8 @@ mod heartbeat;
 mod holders;
 pub mod liveness;
 mod macros;
+#[cfg(not(cxc_loom))]
+mod orphan;
 pub(crate) mod park;
 mod payload;
 pub(crate) mod primitive;

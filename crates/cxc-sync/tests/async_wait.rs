@@ -691,3 +691,63 @@ fn async_waiter_takes_over_through_the_holders_sentinel() {
     let st = lease.stats();
     assert_eq!(st.claim_exiting + st.claim_dead_owner, 1);
 }
+
+/// The `pthread_exit` pattern with the reactor running: the main thread exits, a thread
+/// took the lease through `lock_async` (so the reactor's threads, and the sentinel that
+/// hosts its death watch, are there) and ends holding it. Neither the sentinel nor the
+/// reactor's threads keep the process alive: it ends with status 0, and its claim with it.
+#[test]
+fn the_reactors_threads_do_not_keep_a_process_alive() {
+    if in_role("holder") {
+        let l: OwnerLease<u64> = LeaseBuilder::new(path_arg("path")).open().unwrap();
+        let held = l.lock();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| std::mem::forget(block_on(l.lock_async())));
+            std::thread::sleep(Duration::from_millis(100));
+            drop(held);
+            waiter.join().unwrap();
+        });
+        let names: Vec<String> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|n| n.trim().to_owned())
+            .collect();
+        assert!(
+            names.iter().any(|n| n.starts_with("cxc-async-react")),
+            "the reactor did not start: {names:?}"
+        );
+        // SAFETY: installs a handler that only makes the thread-only exit(2) system call
+        // (async-signal-safe); tgkill sends the signal to the main thread (tid == pid).
+        unsafe {
+            extern "C" fn exit_this_thread(_: libc::c_int) {
+                // SAFETY: ends the thread the signal was delivered to, without unwinding.
+                unsafe { libc::syscall(libc::SYS_exit, 0) };
+            }
+            let pid = std::process::id() as libc::pid_t;
+            libc::signal(
+                libc::SIGUSR1,
+                exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+            libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
+        }
+        report("held");
+        // This (the test's) thread ends here; the guard's claim stays (forgotten).
+        std::mem::forget(l);
+        return;
+    }
+    let test = "the_reactors_threads_do_not_keep_a_process_alive";
+    let dir = tempfile::tempdir().unwrap();
+    let lease = lease(&dir);
+    let mut kid = RoleCommand::new(test, "holder")
+        .arg("path", dir.path().join("l"))
+        .spawn();
+    assert_eq!(kid.next_report(Duration::from_secs(10)), "held");
+    let status = kid.wait_timeout(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the process did not end when its last own thread did: {status:?}"
+    );
+    let g = lease.lock_timeout(Duration::from_secs(2));
+    assert!(g.is_some(), "its claim outlived it");
+}

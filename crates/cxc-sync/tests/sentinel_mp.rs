@@ -197,3 +197,65 @@ fn the_sentinel_list_survives_unlinks_and_a_forked_childs_use() {
         );
     }
 }
+
+/// The pattern `pthread_exit(3)` recommends, to its end: the main thread exits, a worker
+/// thread holds the lease and then ends too, without releasing. No thread of the process
+/// is left but the sentinel, which only sleeps; it must not keep the process alive for
+/// ever (and its claims with it): the process ends, with status 0 as when the last thread
+/// of a process exits, and its claim is taken over.
+#[test]
+fn a_process_whose_own_threads_all_ended_is_not_kept_alive_by_its_sentinel() {
+    let test = "a_process_whose_own_threads_all_ended_is_not_kept_alive_by_its_sentinel";
+    if in_role("holder") {
+        let l: OwnerLease<u64> = OwnerLease::open(path_arg("path0")).unwrap();
+        assert!(l.try_acquire(std::process::id(), BIG));
+        exit_main_thread();
+        assert!(cxc_testkit::wait_until(Duration::from_secs(5), || {
+            std::fs::read_to_string("/proc/self/stat").is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+        }));
+        report("held");
+        // This (the test's) thread ends here holding the claim: the process's last
+        // thread but the sentinel.
+        std::mem::forget(l);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lease = lease_at(&dir, "l");
+    let mut kid = start(test, "holder", &[dir.path().join("l")], "held");
+    let status = kid.wait_timeout(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the process did not end when its last own thread did: {status:?}"
+    );
+    assert!(
+        lease
+            .acquire(std::process::id(), BIG, Duration::from_secs(2))
+            .is_some(),
+        "its claim outlived it"
+    );
+}
+
+extern "C" fn exit_this_thread(_: libc::c_int) {
+    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
+    // thread the signal was delivered to (the main thread) without unwinding.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+}
+
+/// Ends this process's main thread (the `pthread_exit` pattern, status 0) from a signal
+/// handler; the calling thread must be another one.
+fn exit_main_thread() {
+    let pid = std::process::id() as libc::pid_t;
+    // SAFETY: installs a handler that only makes the exit(2) system call; tgkill sends
+    // the signal to the main thread (tid == pid) of this process.
+    unsafe {
+        libc::signal(
+            libc::SIGUSR1,
+            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
+    }
+}

@@ -209,15 +209,8 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
                 };
                 let _ = rustix::process::kill_process(p, rustix::process::Signal::STOP);
                 let t = Instant::now();
-                while std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|s| {
-                        s.rsplit(')')
-                            .next()
-                            .and_then(|r| r.split_whitespace().next())
-                            .map(str::to_owned)
-                    })
-                    .is_some_and(|st| st != "T")
+                while crate::supervise::stat_state_pgrp(&format!("/proc/{pid}/stat"))
+                    .is_some_and(|(st, _)| st != 'T')
                     && t.elapsed() < Duration::from_secs(1)
                 {
                     std::thread::sleep(Duration::from_micros(200));

@@ -379,9 +379,17 @@ impl Reactor {
             flags: epoll::EventFlags::empty(),
             data: epoll::EventData::new_u64(0),
         }; 16];
+        // Not for ever: this thread also looks whether the application has any thread
+        // left (`crate::orphan`), as it may be the process's last.
+        let mut next = crate::orphan::LOOK_IDLE;
         loop {
-            match epoll::wait(ep, &mut events[..], None) {
-                Ok(0) | Err(rustix::io::Errno::INTR) => {}
+            let timeout = rustix::time::Timespec {
+                tv_sec: next.as_secs() as i64,
+                tv_nsec: i64::from(next.subsec_nanos()),
+            };
+            match epoll::wait(ep, &mut events[..], Some(&timeout)) {
+                Ok(0) => next = crate::orphan::look(),
+                Err(rustix::io::Errno::INTR) => {}
                 Ok(_) => {
                     self.deaths.fetch_add(1, Ordering::SeqCst);
                     self.kick();

@@ -1,6 +1,7 @@
 //! The sentinel: the earliest notice the kernel gives that a holder's process is going.
 //!
-//! One thread per process that only sleeps. Its robust futex list (`set_robust_list(2)`)
+//! One thread per process that only sleeps (and looks, once a second, whether the
+//! application has any thread left, see `crate::orphan`). Its robust futex list (`set_robust_list(2)`)
 //! holds the identity slots this process's handles registered: each slot's `robust` word
 //! is a list entry and its `sentinel` word, next to it, holds the thread's id. A thread
 //! that only sleeps ends only when its whole process does (a fatal signal, `exit_group`)
@@ -105,9 +106,13 @@ fn start(proc: u32) -> Option<Sentinel> {
                 return;
             }
             // Never returns: this thread must end only with its process. A job it hosts
-            // runs here; if that returns, or panics, the thread goes back to sleep.
+            // runs here; if that returns, or panics, the thread goes back to sleep. It
+            // wakes to look whether the application has any thread left: if not, it ends
+            // the process, which it must not keep alive (`crate::orphan`).
+            let mut next = crate::orphan::LOOK_IDLE;
             loop {
-                std::thread::park();
+                std::thread::park_timeout(next);
+                next = crate::orphan::look();
                 let job = JOB.lock(|| None).take();
                 if let Some((by, job)) = job
                     && by == proc
