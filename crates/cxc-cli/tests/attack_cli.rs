@@ -476,29 +476,11 @@ fn lease_run_refuses_a_kill_after_that_cannot_work() {
     assert!(marker.exists());
 }
 
-/// Ends the calling thread only (the exit(2) system call, not exit_group): the main
-/// thread of a process, sent here by `tgkill`, as `pthread_exit(3)` ends it.
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: exit(2) ends only the calling thread; the other threads go on.
-    unsafe {
-        libc::syscall(libc::SYS_exit, 0);
-    }
-}
-
 /// The half-exited command of `a_half_exited_command_keeps_its_run_going`: the main
 /// thread exits, another thread runs on for 1.5 s and then leaves the `done` marker.
 fn half_exited_command(dir: &Path) -> ! {
     let done = dir.join("done");
-    let pid = std::process::id() as libc::pid_t;
-    // SAFETY: installs a handler that only makes the exit(2) system call, then sends the
-    // signal to this process's main thread (tid == pid).
-    unsafe {
-        libc::signal(
-            libc::SIGUSR2,
-            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR2);
-    }
+    assert!(cxc_testkit::exit_main_thread());
     std::thread::sleep(Duration::from_millis(1500));
     std::fs::write(done, b"").unwrap();
     std::process::exit(0)

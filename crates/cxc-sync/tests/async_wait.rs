@@ -717,20 +717,7 @@ fn the_reactors_threads_do_not_keep_a_process_alive() {
             names.iter().any(|n| n.starts_with("cxc-async-react")),
             "the reactor did not start: {names:?}"
         );
-        // SAFETY: installs a handler that only makes the thread-only exit(2) system call
-        // (async-signal-safe); tgkill sends the signal to the main thread (tid == pid).
-        unsafe {
-            extern "C" fn exit_this_thread(_: libc::c_int) {
-                // SAFETY: ends the thread the signal was delivered to, without unwinding.
-                unsafe { libc::syscall(libc::SYS_exit, 0) };
-            }
-            let pid = std::process::id() as libc::pid_t;
-            libc::signal(
-                libc::SIGUSR1,
-                exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            );
-            libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
-        }
+        assert!(cxc_testkit::exit_main_thread());
         report("held");
         // This (the test's) thread ends here; the guard's claim stays (forgotten).
         std::mem::forget(l);

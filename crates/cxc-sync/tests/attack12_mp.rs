@@ -1103,27 +1103,12 @@ fn forks_of_a_process_with_a_busy_reactor_can_await_permits_and_leases() {
 // ---------------------------------------------------------------------------------------
 // 8. A lease holder whose main thread exited.
 
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
-    // thread the signal was delivered to (the main thread) without unwinding.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
-}
-
 /// Takes the lease on the test's thread, ends the process's main thread, and lives on
 /// holding the lease.
 fn role_main_exits_holder() {
     let lease = OwnerLease::<u64>::open(path_arg("lease")).unwrap();
     let g = lease.lock();
-    let pid = std::process::id() as libc::pid_t;
-    // SAFETY: installs a handler that only makes the exit(2) system call; tgkill sends
-    // the signal to the main thread (tid == pid) of this process.
-    unsafe {
-        libc::signal(
-            libc::SIGUSR1,
-            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
-    }
+    assert!(cxc_testkit::exit_main_thread());
     report(format!("holding=1 token={}", g.token()));
     sleep_forever();
 }

@@ -712,26 +712,6 @@ fn heartbeat_watchdog_in_another_pid_namespace_never_declares_a_live_worker_dead
 // A half-exited writer, and exec.
 // ---------------------------------------------------------------------------------------
 
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
-    // thread the signal was delivered to without unwinding.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
-}
-
-/// Ends this process's main thread from a signal handler (called from another thread).
-fn exit_main_thread() {
-    let pid = me() as libc::pid_t;
-    // SAFETY: installs a handler that only makes the exit(2) system call; tgkill sends
-    // the signal to the main thread (tid == pid).
-    unsafe {
-        libc::signal(
-            libc::SIGUSR1,
-            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
-    }
-}
-
 fn main_thread_state(pid: u32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     s.rsplit(')').next()?.trim_start().chars().next()
@@ -759,7 +739,7 @@ fn rwlock_writer_whose_main_thread_exited_is_not_evicted_as_dead() {
             sleep_forever();
         });
         std::thread::sleep(Duration::from_millis(100));
-        exit_main_thread();
+        assert!(cxc_testkit::exit_main_thread());
         sleep_forever();
     }
     let _s = serial();

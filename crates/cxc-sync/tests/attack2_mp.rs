@@ -313,26 +313,6 @@ fn election_garbage_from_another_process_never_panics_or_hangs() {
 // Processes that are only partly alive, and forked children.
 // ---------------------------------------------------------------------------------------
 
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: exit(2) ends only the calling thread (the main thread), as pthread_exit.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
-}
-
-/// Ends this process's main thread (pthread_exit pattern) from a signal handler; the
-/// calling thread must be another one.
-fn exit_main_thread() {
-    let pid = me() as libc::pid_t;
-    // SAFETY: installs a handler that only makes the exit(2) system call; tgkill sends
-    // the signal to the main thread (tid == pid) of this process.
-    unsafe {
-        libc::signal(
-            libc::SIGUSR1,
-            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
-    }
-}
-
 fn main_thread_state(pid: u32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     s.rsplit(')').next()?.trim_start().chars().next()
@@ -357,7 +337,7 @@ fn rwlock_reader_whose_main_thread_exited_still_excludes_writers() {
             sleep_forever();
         });
         std::thread::sleep(Duration::from_millis(100));
-        exit_main_thread();
+        assert!(cxc_testkit::exit_main_thread());
         sleep_forever();
     }
     play_role!(role_reader);
@@ -574,7 +554,7 @@ fn election_leader_whose_main_thread_exited_is_not_replaced() {
             }
         });
         std::thread::sleep(Duration::from_millis(200));
-        exit_main_thread();
+        assert!(cxc_testkit::exit_main_thread());
         sleep_forever();
     }
     play_role!(role_leader);

@@ -786,27 +786,6 @@ fn semaphore_forked_child_facing_a_full_table_never_runs_untracked() {
 // Heartbeat: a worker whose main thread exited; a stopped worker; odd pids.
 // ---------------------------------------------------------------------------------------
 
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
-    // thread the signal was delivered to (the main thread) without unwinding.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
-}
-
-/// Ends this process's main thread (pthread_exit pattern) from a signal handler; the
-/// calling thread must be another one.
-fn exit_main_thread() {
-    let pid = me() as libc::pid_t;
-    // SAFETY: installs a handler that only makes the exit(2) system call; tgkill sends
-    // the signal to the main thread (tid == pid) of this process.
-    unsafe {
-        libc::signal(
-            libc::SIGUSR1,
-            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
-    }
-}
-
 fn main_thread_state(pid: u32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     s.rsplit(')').next()?.trim_start().chars().next()
@@ -832,7 +811,7 @@ fn heartbeat_worker_whose_main_thread_exited_is_never_reported() {
             sleep_forever();
         });
         std::thread::sleep(Duration::from_millis(50));
-        exit_main_thread();
+        assert!(cxc_testkit::exit_main_thread());
         sleep_forever();
     }
     play_role!(role_worker);

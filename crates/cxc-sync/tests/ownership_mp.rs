@@ -1835,12 +1835,6 @@ fn claim_for_another_pid_survives_that_pids_death() {
 
 const T11: &str = "holder_whose_main_thread_exited_is_alive";
 
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
-    // thread the signal was delivered to (the main thread) without unwinding.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
-}
-
 fn main_thread_state(pid: u32) -> Option<char> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     s.rsplit(')').next()?.trim_start().chars().next()
@@ -1864,16 +1858,7 @@ fn holder_whose_main_thread_exited_is_alive() {
                 });
                 report(format!("published={}", r.is_some()));
             });
-            let tgid = pid as libc::pid_t;
-            // SAFETY: installs a handler that only makes the exit(2) system call; tgkill
-            // sends the signal to the main thread (tid == pid) of this process.
-            unsafe {
-                libc::signal(
-                    libc::SIGUSR2,
-                    exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-                );
-                libc::syscall(libc::SYS_tgkill, tgid, tgid, libc::SIGUSR2);
-            }
+            assert!(cxc_testkit::exit_main_thread());
             worker.join().expect("worker");
             return;
         }
@@ -1912,5 +1897,8 @@ fn holder_whose_main_thread_exited_is_alive() {
     assert!(!c.payload_may_be_inconsistent());
     assert_eq!(lease.read_claimed(&c), Some([77; 6]));
     assert!(lease.release_claim(&c));
-    let _ = kid.wait_timeout(Duration::from_secs(5));
+    // Its worker returned: the process ends as after a `pthread_exit` of its last
+    // thread, status 0, not kept alive by the library's threads.
+    let status = kid.wait_timeout(Duration::from_secs(5));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }

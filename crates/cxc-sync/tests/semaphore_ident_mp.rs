@@ -102,27 +102,12 @@ fn release_by_a_non_holder_returns_false_and_changes_nothing() {
 
 const MAIN_EXIT: &str = "holder_whose_main_thread_exited_is_not_reclaimed";
 
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
-    // thread the signal was delivered to (the main thread) without unwinding.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
-}
-
 #[test]
 fn holder_whose_main_thread_exited_is_not_reclaimed() {
     match role().as_deref() {
         Some("main_exits") => {
             let _sem = open_holding(); // kept mapped while parked
-            let pid = std::process::id() as libc::pid_t;
-            // SAFETY: installs a handler that only makes the exit(2) system call;
-            // tgkill sends the signal to the main thread (tid == pid) of this process.
-            unsafe {
-                libc::signal(
-                    libc::SIGUSR1,
-                    exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-                );
-                libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
-            }
+            assert!(cxc_testkit::exit_main_thread());
             // This (worker) thread keeps the permit and lives on.
             report("HOLDING");
             park();

@@ -209,14 +209,7 @@ fn a_process_whose_own_threads_all_ended_is_not_kept_alive_by_its_sentinel() {
     if in_role("holder") {
         let l: OwnerLease<u64> = OwnerLease::open(path_arg("path0")).unwrap();
         assert!(l.try_acquire(std::process::id(), BIG));
-        exit_main_thread();
-        assert!(cxc_testkit::wait_until(Duration::from_secs(5), || {
-            std::fs::read_to_string("/proc/self/stat").is_ok_and(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z'))
-            })
-        }));
+        assert!(cxc_testkit::exit_main_thread());
         report("held");
         // This (the test's) thread ends here holding the claim: the process's last
         // thread but the sentinel.
@@ -237,25 +230,4 @@ fn a_process_whose_own_threads_all_ended_is_not_kept_alive_by_its_sentinel() {
             .is_some(),
         "its claim outlived it"
     );
-}
-
-extern "C" fn exit_this_thread(_: libc::c_int) {
-    // SAFETY: the thread-only exit(2) system call is async-signal-safe; it ends the
-    // thread the signal was delivered to (the main thread) without unwinding.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
-}
-
-/// Ends this process's main thread (the `pthread_exit` pattern, status 0) from a signal
-/// handler; the calling thread must be another one.
-fn exit_main_thread() {
-    let pid = std::process::id() as libc::pid_t;
-    // SAFETY: installs a handler that only makes the exit(2) system call; tgkill sends
-    // the signal to the main thread (tid == pid) of this process.
-    unsafe {
-        libc::signal(
-            libc::SIGUSR1,
-            exit_this_thread as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::syscall(libc::SYS_tgkill, pid, pid, libc::SIGUSR1);
-    }
 }

@@ -17,6 +17,7 @@
 //!   holding until it is killed.
 //! - [`find_program`] finds a program a test runs; [`all_threads_in_state`] reads a
 //!   process's threads' states.
+//! - [`exit_main_thread`] ends the main thread alone (the `pthread_exit` pattern).
 //! - [`mono_ns`] is one clock for all processes; [`read_word`] reads a shared word with
 //!   `pread`; [`sigkill`] kills a raw pid.
 //! - [`sealed`] and [`intact`] make and check a multi-word payload whose torn copies
@@ -49,9 +50,11 @@
 //!
 //! This crate is for tests and tools of the workspace only (`publish = false`).
 
-#![forbid(unsafe_code)]
+// Only `half_exit` may use `unsafe` (a signal handler and a thread-only exit).
+#![deny(unsafe_code)]
 
 mod command;
+mod half_exit;
 mod host;
 mod payload;
 mod proc;
@@ -60,6 +63,7 @@ mod role;
 mod wait;
 
 pub use command::{RoleCommand, spawn_role};
+pub use half_exit::{HALF_EXIT_SIGNAL, exit_main_thread, main_thread_exited};
 pub use host::{
     all_threads_in_state, find_program, mono_ns, process_cpu, read_word, sigkill, thread_cpu,
 };
