@@ -13,6 +13,8 @@
 //! - [`MmfError`]: one typed variant per failure, naming what was expected and found.
 //! - [`identity`]: process identity (pidfs inode or pid + start time, pid namespace, boot
 //!   id) and liveness (dead = the whole thread group is gone), used for crash detection.
+//! - [`orphan`]: the look that a library's long-lived thread makes so that it never keeps
+//!   alive a process none of whose own threads is left.
 //! - [`peek`]: read the header of any cxc file without knowing its kind (read-only).
 //! - [`Snapshot`]: a validated private copy of a file, read through a read-only mapping
 //!   with loads only (for tools such as `cxc inspect`).
@@ -62,6 +64,7 @@
 mod error;
 pub mod header;
 pub mod identity;
+pub mod orphan;
 mod region;
 
 pub use error::{FoundKind, MmfError};

@@ -1,35 +1,56 @@
 //! A process none of whose own threads is left must end, whatever threads of ours it has.
 //!
 //! Linux ends a process when its last thread ends, and glibc, when the last thread
-//! returns or calls `pthread_exit(3)`, calls `exit(3)` with status 0. The library's
-//! long-lived threads (the lease's sentinel, the async reactor's threads) only sleep:
-//! in a process whose main thread exited (the `pthread_exit` pattern) they would be its
-//! last threads once the application's threads end, and keep it alive for ever, and
-//! with it every claim and permit it holds. So those threads call [`look`] once a second
-//! while the main thread runs ([`LOOK_IDLE`]), every [`LOOK_EVERY`] once it has exited:
-//! when two looks at least half of that apart find the main thread exited and no thread
-//! left that is not ours, the process exits as its last thread would have made it, with
-//! the main thread's exit status, through [`std::process::exit`] (so `atexit` handlers
-//! run, as glibc's would).
+//! returns or calls `pthread_exit(3)`, calls `exit(3)` with status 0. The cxc crates'
+//! long-lived threads (the lease's sentinel, the async reactor's threads, an election's
+//! background renewer, a sidecar, the etcd backend's runtime) only sleep, or only keep
+//! claims alive: in a process whose main thread exited (the `pthread_exit` pattern) they
+//! would be its last threads once the application's threads end, and keep it alive for
+//! ever, and with it every claim, permit and leadership it holds. So each of them calls
+//! [`look`] once a second while the main thread runs ([`LOOK_IDLE`]), every
+//! [`LOOK_EVERY`] once it has exited: when two looks at least half of that apart find
+//! the main thread exited and no thread left that is not ours, the process exits as its
+//! last thread would have made it, with the main thread's exit status, through
+//! [`std::process::exit`] (so `atexit` handlers run, as glibc's would).
 //!
 //! A look costs one read of `/proc/self/stat` while the main thread runs (and, on these
 //! virtual machines, the 100–300 µs of CPU that waking an idle thread costs, so once a
-//! second); only when it has exited are the threads' `stat` files read. Ours are the threads whose name begins
-//! with `cxc-` (every thread the library starts for the life of the process is named
-//! so). A thread of any other name, in any state but exited (stopped, in a system call,
-//! traced), keeps the process alive. Without a readable `/proc` nothing is decided.
+//! second); only when it has exited are the threads' `stat` files read. Ours are the
+//! threads whose name begins with [`OURS`] (`cxc-`; every thread the cxc crates start for
+//! longer than one call is named so). A thread of any other name, in any state but
+//! exited (stopped, in a system call, traced), keeps the process alive. Without a
+//! readable `/proc` nothing is decided.
+//!
+//! # Examples
+//! A long-lived helper thread's loop (its name must begin with [`OURS`]):
+//! ```
+//! use cxc_mmf::orphan;
+//!
+//! let helper = std::thread::Builder::new()
+//!     .name(format!("{}example", orphan::OURS))
+//!     .spawn(|| {
+//!         for _ in 0..2 {
+//!             // ... the helper's work, then sleep until the next look is due.
+//!             let next = orphan::look();
+//!             assert_eq!(next, orphan::LOOK_IDLE); // the main thread runs
+//!         }
+//!     })
+//!     .unwrap();
+//! helper.join().unwrap();
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How often the library's long-lived threads look while the main thread runs.
-pub(crate) const LOOK_IDLE: Duration = Duration::from_secs(1);
+/// How often a long-lived thread of ours looks while the main thread runs.
+pub const LOOK_IDLE: Duration = Duration::from_secs(1);
 
-/// How often they look once the main thread has exited.
-pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// How often it looks once the main thread has exited.
+pub const LOOK_EVERY: Duration = Duration::from_millis(200);
 
-/// The prefix of the names of the library's threads.
-const OURS: &str = "cxc-";
+/// The prefix of the names of the cxc crates' own threads: a look counts a thread so
+/// named as the library's, not the application's.
+pub const OURS: &str = "cxc-";
 
 /// Nanoseconds since [`epoch`] when a look first found no thread of the application
 /// left (0: the last look found one). Looks of several threads share it.
@@ -43,7 +64,7 @@ fn epoch() -> Instant {
 /// Looks whether any thread of the application is left (see the module's docs), and
 /// ends the process if the look before this one, at least half of [`LOOK_EVERY`]
 /// earlier, found none either. Returns when to look next.
-pub(crate) fn look() -> Duration {
+pub fn look() -> Duration {
     let (next, orphaned) = match orphaned() {
         Look::MainRuns => (LOOK_IDLE, None),
         Look::Others => (LOOK_EVERY, None),

@@ -39,8 +39,6 @@ mod heartbeat;
 mod holders;
 pub mod liveness;
 mod macros;
-#[cfg(not(cxc_loom))]
-mod orphan;
 pub(crate) mod park;
 mod payload;
 pub(crate) mod primitive;

@@ -381,14 +381,14 @@ impl Reactor {
         }; 16];
         // Not for ever: this thread also looks whether the application has any thread
         // left (`crate::orphan`), as it may be the process's last.
-        let mut next = crate::orphan::LOOK_IDLE;
+        let mut next = cxc_mmf::orphan::LOOK_IDLE;
         loop {
             let timeout = rustix::time::Timespec {
                 tv_sec: next.as_secs() as i64,
                 tv_nsec: i64::from(next.subsec_nanos()),
             };
             match epoll::wait(ep, &mut events[..], Some(&timeout)) {
-                Ok(0) => next = crate::orphan::look(),
+                Ok(0) => next = cxc_mmf::orphan::look(),
                 Err(rustix::io::Errno::INTR) => {}
                 Ok(_) => {
                     self.deaths.fetch_add(1, Ordering::SeqCst);

@@ -109,10 +109,10 @@ fn start(proc: u32) -> Option<Sentinel> {
             // runs here; if that returns, or panics, the thread goes back to sleep. It
             // wakes to look whether the application has any thread left: if not, it ends
             // the process, which it must not keep alive (`crate::orphan`).
-            let mut next = crate::orphan::LOOK_IDLE;
+            let mut next = cxc_mmf::orphan::LOOK_IDLE;
             loop {
                 std::thread::park_timeout(next);
-                next = crate::orphan::look();
+                next = cxc_mmf::orphan::look();
                 let job = JOB.lock(|| None).take();
                 if let Some((by, job)) = job
                     && by == proc
