@@ -84,6 +84,44 @@ pub fn look() -> Duration {
     next
 }
 
+/// The looks of a thread that also wakes for its own work: [`tick`](Self::tick) at every
+/// wake-up makes a [`look`] when one is due.
+///
+/// ```
+/// let mut looks = cxc_mmf::orphan::Looker::new();
+/// // Nothing is due yet: the first look is one LOOK_IDLE away.
+/// assert!(looks.tick() <= cxc_mmf::orphan::LOOK_IDLE);
+/// ```
+#[derive(Debug)]
+pub struct Looker {
+    next: Instant,
+}
+
+impl Looker {
+    /// The first look is due [`LOOK_IDLE`] from now.
+    pub fn new() -> Self {
+        Looker {
+            next: Instant::now() + LOOK_IDLE,
+        }
+    }
+
+    /// Looks if a look is due (which may end the process, see [`look`]); returns how long
+    /// until the next one is: sleep no longer than that.
+    pub fn tick(&mut self) -> Duration {
+        let now = Instant::now();
+        if now >= self.next {
+            self.next = now + look();
+        }
+        self.next.saturating_duration_since(now)
+    }
+}
+
+impl Default for Looker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// What a look found.
 #[derive(Debug, PartialEq, Eq)]
 enum Look {

@@ -363,3 +363,108 @@ fn churn_keeps_one_fenced_leader_at_a_time() {
     );
     assert!(elected.len() >= 2 + kills);
 }
+
+/// A backend that always lets its caller lead and counts renewals in a file (no lease, so
+/// no sentinel thread in the process: only the renewer itself can look).
+struct CountingBackend(std::path::PathBuf);
+
+impl ElectionBackend for CountingBackend {
+    type Term = u64;
+    type Error = std::io::Error;
+    fn try_lead(&self, _: &str) -> Result<Option<u64>, Self::Error> {
+        Ok(Some(1))
+    }
+    fn lead_timeout(&self, _: &str, _: Duration) -> Result<Option<u64>, Self::Error> {
+        Ok(Some(1))
+    }
+    fn renew(&self, _: &u64) -> Result<bool, Self::Error> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.0)?;
+        f.write_all(b".")?;
+        Ok(true)
+    }
+    fn is_current(&self, _: &u64) -> Result<bool, Self::Error> {
+        Ok(true)
+    }
+    fn resign(&self, _: &u64) -> Result<bool, Self::Error> {
+        Ok(true)
+    }
+    fn leader(&self) -> Result<Option<cxc_sync::Leader>, Self::Error> {
+        Ok(None)
+    }
+    fn wait_lost(&self, _: &u64, timeout: Duration) -> Result<bool, Self::Error> {
+        std::thread::sleep(timeout);
+        Ok(false)
+    }
+    fn token(term: &u64) -> u64 {
+        *term
+    }
+}
+
+/// A leader with a background renewer whose main thread exited (the `pthread_exit`
+/// pattern) and whose last own thread then ended, without resigning: no thread of the
+/// application is left, only the library's renewer (and, on the lease file, its
+/// sentinel). The process must end as a process does when its last thread ends (status
+/// 0) instead of leading for ever, and the next candidate then leads. Once on the lease
+/// file, once on a backend without a lease (no sentinel: the renewer looks itself).
+#[test]
+fn a_leader_whose_own_threads_all_ended_is_not_kept_alive_by_its_renewer() {
+    const T: &str = "a_leader_whose_own_threads_all_ended_is_not_kept_alive_by_its_renewer";
+    if in_role("bg_leader") {
+        let lease = Duration::from_millis(300);
+        let cfg = ElectionConfig::new(arg("id"))
+            .lease_duration(lease)
+            .renewal(cxc_sync::Renewal::Background);
+        let path = path_arg("path");
+        let leader: Box<dyn std::any::Any> = if try_arg("counting").is_some() {
+            let el = Elector::new(CountingBackend(path), cfg).expect("elector");
+            let l = el.campaign(Duration::from_secs(10)).unwrap().unwrap();
+            Box::new((el, l))
+        } else {
+            let b = MmapElection::create_or_open(path, lease).expect("election");
+            let el = Elector::new(b, cfg).expect("elector");
+            let l = el.campaign(Duration::from_secs(10)).unwrap().unwrap();
+            Box::new((el, l))
+        };
+        assert!(cxc_testkit::exit_main_thread());
+        report("leading");
+        // This (the test's) thread ends here leading: the process's last own thread.
+        std::mem::forget(leader);
+        return;
+    }
+    for counting in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir
+            .path()
+            .join(if counting { "renewals" } else { "election" });
+        let mut c = RoleCommand::new(T, "bg_leader")
+            .arg("path", &path)
+            .arg("id", "bg");
+        if counting {
+            c = c.arg("counting", "1");
+        }
+        let mut kid = c.spawn();
+        assert_eq!(kid.next_report(Duration::from_secs(20)), "leading");
+        let status = kid.wait_timeout(Duration::from_secs(5));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "counting={counting}: the leader's process did not end when its last own thread did: {status:?}"
+        );
+        if counting {
+            // Renewals stopped with it.
+            let n = std::fs::metadata(&path).map_or(0, |m| m.len());
+            std::thread::sleep(Duration::from_millis(400));
+            assert_eq!(std::fs::metadata(&path).map_or(0, |m| m.len()), n);
+        } else {
+            let b = MmapElection::create_or_open(&path, Duration::from_millis(300)).unwrap();
+            let el = Elector::new(b, ElectionConfig::new("next")).unwrap();
+            assert!(
+                el.campaign(Duration::from_secs(2)).unwrap().is_some(),
+                "the ended leader still leads"
+            );
+        }
+    }
+}

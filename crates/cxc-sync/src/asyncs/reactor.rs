@@ -380,7 +380,7 @@ impl Reactor {
             data: epoll::EventData::new_u64(0),
         }; 16];
         // Not for ever: this thread also looks whether the application has any thread
-        // left (`crate::orphan`), as it may be the process's last.
+        // left (`cxc_mmf::orphan`), as it may be the process's last.
         let mut next = cxc_mmf::orphan::LOOK_IDLE;
         loop {
             let timeout = rustix::time::Timespec {

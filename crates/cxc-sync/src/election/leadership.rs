@@ -102,21 +102,34 @@ impl<B: ElectionBackend> Core<B> {
         }
     }
 
+    /// The background renewer's loop: renews every `renew_period` until stopped or lost.
+    /// It also looks, once a second, whether the process has any thread of its own left
+    /// (`cxc_mmf::orphan`): a renewer must not keep alive, and leading, a process whose
+    /// main thread exited and whose other threads all ended.
     fn background(&self) {
         let (m, cv) = &self.shared.stop;
+        let mut looks = cxc_mmf::orphan::Looker::new();
+        let mut next_renew = Instant::now() + self.config.renew_period;
         let mut stop = lock(m);
         while !*stop {
+            let wait = next_renew
+                .saturating_duration_since(Instant::now())
+                .min(looks.tick());
             let (s, _) = cv
-                .wait_timeout(stop, self.config.renew_period)
+                .wait_timeout(stop, wait)
                 .unwrap_or_else(|e| e.into_inner());
             stop = s;
             if *stop {
                 break;
             }
             drop(stop);
-            // A backend error is retried at the next period; the deadline ends it.
-            if let Err(ElectionError::Lost { .. }) = self.renew() {
-                return;
+            looks.tick();
+            if Instant::now() >= next_renew {
+                next_renew = Instant::now() + self.config.renew_period;
+                // A backend error is retried at the next period; the deadline ends it.
+                if let Err(ElectionError::Lost { .. }) = self.renew() {
+                    return;
+                }
             }
             stop = lock(m);
         }
@@ -177,7 +190,14 @@ impl<B: ElectionBackend> Leadership<B> {
         };
         if background {
             let core = l.core();
-            l.renewer = Some(std::thread::spawn(move || core.background()));
+            // Named as the library's (`cxc_mmf::orphan::OURS`): it does not count as a
+            // thread of the application.
+            l.renewer = Some(
+                std::thread::Builder::new()
+                    .name("cxc-election".into())
+                    .spawn(move || core.background())
+                    .expect("cannot start the election's renewer thread"),
+            );
         }
         l
     }

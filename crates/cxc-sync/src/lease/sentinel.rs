@@ -1,7 +1,7 @@
 //! The sentinel: the earliest notice the kernel gives that a holder's process is going.
 //!
 //! One thread per process that only sleeps (and looks, once a second, whether the
-//! application has any thread left, see `crate::orphan`). Its robust futex list (`set_robust_list(2)`)
+//! application has any thread left, see `cxc_mmf::orphan`). Its robust futex list (`set_robust_list(2)`)
 //! holds the identity slots this process's handles registered: each slot's `robust` word
 //! is a list entry and its `sentinel` word, next to it, holds the thread's id. A thread
 //! that only sleeps ends only when its whole process does (a fatal signal, `exit_group`)
@@ -108,7 +108,7 @@ fn start(proc: u32) -> Option<Sentinel> {
             // Never returns: this thread must end only with its process. A job it hosts
             // runs here; if that returns, or panics, the thread goes back to sleep. It
             // wakes to look whether the application has any thread left: if not, it ends
-            // the process, which it must not keep alive (`crate::orphan`).
+            // the process, which it must not keep alive (`cxc_mmf::orphan`).
             let mut next = cxc_mmf::orphan::LOOK_IDLE;
             loop {
                 std::thread::park_timeout(next);
