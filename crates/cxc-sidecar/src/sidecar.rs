@@ -18,7 +18,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cxc_mmf::Kind;
 
@@ -313,6 +313,11 @@ impl Sidecar {
     /// Starts a background thread that polls every `interval` (at least 1 ms) until the
     /// returned handle is dropped or [`stopped`](SidecarThread::stop).
     ///
+    /// The thread (named `cxc-sidecar`) also looks once a second whether the process has
+    /// a thread of its own left (`cxc_mmf::orphan`): in a process whose main thread
+    /// exited and whose other threads all ended it ends the process, as its last thread
+    /// would have, instead of polling for ever.
+    ///
     /// # Errors
     /// The OS error if the thread cannot be created.
     pub fn spawn(&'static self, interval: Duration) -> std::io::Result<SidecarThread> {
@@ -321,9 +326,19 @@ impl Sidecar {
         let handle = std::thread::Builder::new()
             .name("cxc-sidecar".into())
             .spawn(move || {
+                // It must not keep alive a process none of whose own threads is left
+                // (a handle left on an exited main thread's stack is never dropped).
+                let mut looks = cxc_mmf::orphan::Looker::new();
+                let mut next_poll = Instant::now();
                 loop {
-                    let _ = self.poll();
-                    match rx.recv_timeout(interval) {
+                    if Instant::now() >= next_poll {
+                        let _ = self.poll();
+                        next_poll = Instant::now() + interval;
+                    }
+                    let wait = next_poll
+                        .saturating_duration_since(Instant::now())
+                        .min(looks.tick());
+                    match rx.recv_timeout(wait) {
                         Err(mpsc::RecvTimeoutError::Timeout) => {}
                         // Stop requested (or the handle is gone).
                         Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,

@@ -349,3 +349,29 @@ fn raw_registration_is_pruned_when_the_instance_is_gone() {
     assert!(sc.poll().instances.is_empty());
     assert!(sc.is_empty(), "pruned by the poll");
 }
+
+/// A process whose main thread exited (the `pthread_exit` pattern) and whose last own
+/// thread then ended, leaving a running sidecar thread (its handle never dropped): the
+/// sidecar thread must not keep the process alive for ever. It ends, status 0, as a
+/// process does when its last thread ends.
+#[test]
+fn a_sidecar_thread_does_not_keep_a_process_alive() {
+    const T: &str = "a_sidecar_thread_does_not_keep_a_process_alive";
+    if cxc_testkit::in_role("orphan") {
+        let thread = private_sidecar()
+            .spawn(Duration::from_millis(5))
+            .expect("sidecar thread");
+        assert!(cxc_testkit::exit_main_thread());
+        cxc_testkit::report("running");
+        // This (the test's) thread ends here; the sidecar thread runs on.
+        std::mem::forget(thread);
+        return;
+    }
+    let mut kid = cxc_testkit::RoleCommand::new(T, "orphan").spawn();
+    assert_eq!(kid.next_report(Duration::from_secs(20)), "running");
+    let status = kid.wait_timeout(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the process did not end when its last own thread did: {status:?}"
+    );
+}
