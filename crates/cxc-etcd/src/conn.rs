@@ -320,6 +320,17 @@ impl Etcd {
                 client: std::sync::Mutex::new(client),
             });
         }
+        // The runtime's threads are the library's (named `cxc-etcd`, see
+        // `cxc_mmf::orphan::OURS`) and keep sessions alive: they must not keep alive a
+        // process whose main thread exited and whose own threads all ended. So one task
+        // looks once a second (`cxc_mmf::orphan`), for as long as the connection lives.
+        drop(rt.spawn(async {
+            let mut next = cxc_mmf::orphan::LOOK_IDLE;
+            loop {
+                tokio::time::sleep(next).await;
+                next = cxc_mmf::orphan::look();
+            }
+        }));
         Ok(Etcd {
             inner: Arc::new(Inner {
                 rt: Some(rt),

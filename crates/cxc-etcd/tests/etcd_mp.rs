@@ -325,6 +325,42 @@ fn sigkilled_holder_is_replaced_after_its_ttl() {
     );
 }
 
+/// A holder whose main thread exited (the `pthread_exit` pattern) and whose last own
+/// thread then ended, still holding: only the connection's runtime threads are left,
+/// and they keep its session alive. The process must end as a process does when its last
+/// thread ends (status 0) instead of holding for ever; its claim is then replaced after
+/// its TTL.
+#[test]
+fn a_holder_whose_own_threads_all_ended_is_not_kept_alive_by_the_runtime() {
+    let t = "a_holder_whose_own_threads_all_ended_is_not_kept_alive_by_the_runtime";
+    if cxc_testkit::in_role("orphan_holder") {
+        let held = claim_and_write(42);
+        assert!(cxc_testkit::exit_main_thread());
+        report("orphaned");
+        // This (the test's) thread ends here holding the claim.
+        std::mem::forget(held);
+        return;
+    }
+    child_dispatch();
+    let server = EtcdServer::start();
+    let key = "mp/orphan";
+    let mut kid = child(t, "orphan_holder", &server.endpoint(), key).spawn();
+    let gen_before = generation(&kid.next_report(Duration::from_secs(60)));
+    assert_eq!(kid.next_report(Duration::from_secs(20)), "orphaned");
+    let status = kid.wait_timeout(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the holder's process did not end when its last own thread did: {status:?}"
+    );
+    let lease = EtcdLease::new(&connect(&server.endpoint()), key, 0u64).expect("lease");
+    let c = lease
+        .acquire(TTL + Duration::from_secs(5))
+        .expect("acquire")
+        .expect("the ended holder's claim was not replaced");
+    assert!(c.generation() > gen_before);
+    assert_eq!(lease.read(&c).expect("read"), Some(42));
+}
+
 /// The `gen` of a child's report.
 fn generation(report: &str) -> u64 {
     fields(report)["gen"].parse().expect("gen")
