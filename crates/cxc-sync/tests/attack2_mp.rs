@@ -8,14 +8,15 @@
 //! sides run one at a time.
 #![cfg(not(cxc_loom))]
 
-use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod vandal;
+
 use std::time::{Duration, Instant};
 
 use cxc_sync::{ElectionConfig, Elector, MmapElection, RwLockOptions, SharedCell, SharedRwLock};
+use vandal::{op, role_vandal, stall_detector, vandalize};
+
 use cxc_testkit::{
-    Rng, RoleCommand, arg, fields, flag, path_arg, play_role, report, serial, sleep_forever,
+    RoleCommand, arg, fields, flag, path_arg, play_role, report, serial, sleep_forever,
 };
 
 const HEADER_LEN: u64 = 128;
@@ -37,93 +38,6 @@ fn me() -> u32 {
 // vandal process overwrites random words of a live file while a victim process calls
 // every operation. No operation may panic or hang.
 // ---------------------------------------------------------------------------------------
-
-static OP: AtomicUsize = AtomicUsize::new(0);
-static OP_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-fn op(i: usize) {
-    OP.store(i, Ordering::Relaxed);
-    OP_COUNT.fetch_add(1, Ordering::Relaxed);
-}
-
-/// In the victim: reports `STUCK op=NAME` and exits 3 if no operation starts for `limit`.
-fn stall_detector(names: &'static [&'static str], limit: Duration) {
-    std::thread::spawn(move || {
-        let mut last = OP_COUNT.load(Ordering::Relaxed);
-        loop {
-            std::thread::sleep(limit);
-            let now = OP_COUNT.load(Ordering::Relaxed);
-            if now == last {
-                let i = OP.load(Ordering::Relaxed);
-                report(format!("STUCK op={}", names.get(i).copied().unwrap_or("?")));
-                // SAFETY: `_exit` ends the process at once.
-                unsafe { libc::_exit(3) };
-            }
-            last = now;
-        }
-    });
-}
-
-/// Role `vandal`: until `stop` exists, overwrites random words of `path` in
-/// `[from, to)` every ~50 µs.
-fn role_vandal() {
-    let path = path_arg("path");
-    let stop = path_arg("stop");
-    let from: u64 = arg("from").parse().unwrap();
-    let to: u64 = arg("to").parse().unwrap();
-    let mut rng = Rng::for_test();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut writes = 0u64;
-    report("VANDAL started");
-    while !stop.exists() {
-        for _ in 0..64 {
-            let off = from + (rng.next_u64() % ((to - from) / 8)) * 8;
-            let mut b = [0u8; 8];
-            f.read_exact_at(&mut b, off).unwrap();
-            let cur = u64::from_ne_bytes(b);
-            let new = match rng.next_u64() % 6 {
-                0 | 1 => cur ^ (1 << (rng.next_u64() % 64)),
-                2 => u64::MAX,
-                3 => 0,
-                4 => cur.wrapping_add(1),
-                _ => rng.next_u64(),
-            };
-            f.write_all_at(&new.to_ne_bytes(), off).unwrap();
-            writes += 1;
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-    report(format!("VANDAL writes={writes} seed={}", rng.seed()));
-}
-
-/// Starts the victim, lets the vandal damage `[from, to)` for `dur`, stops both and
-/// checks that the victim neither panicked nor hung.
-fn vandalize(test: &str, dir: &Path, path: &Path, from: u64, to: u64, dur: Duration) {
-    let stop = dir.join("stop");
-    let mut victim = RoleCommand::new(test, "victim")
-        .arg("path", path)
-        .arg("stop", &stop)
-        .spawn();
-    assert_eq!(victim.next_report(REPORT_WAIT), "VICTIM started");
-    let mut vandal = RoleCommand::new(test, "vandal")
-        .arg("path", path)
-        .arg("stop", &stop)
-        .arg("from", from.to_string())
-        .arg("to", to.to_string())
-        .spawn();
-    assert_eq!(vandal.next_report(REPORT_WAIT), "VANDAL started");
-    std::thread::sleep(dur);
-    std::fs::write(&stop, b"").unwrap();
-    let v = vandal.finish(CHILD_DEADLINE);
-    let reports = victim.finish(CHILD_DEADLINE);
-    let last = reports.last().expect("the victim reported");
-    assert!(last.starts_with("VICTIM ops="), "victim: {reports:?}");
-    println!("{test}: {last}; {v:?}");
-}
 
 const VANDAL_RW: &str = "rwlock_garbage_from_another_process_never_panics_or_hangs";
 const RW_OPS: &[&str] = &[
@@ -187,7 +101,7 @@ fn rwlock_garbage_from_another_process_never_panics_or_hangs() {
             op(11);
             let _ = SharedRwLock::inspect(&path);
         }
-        report(format!("VICTIM ops={}", OP_COUNT.load(Ordering::Relaxed)));
+        report(format!("VICTIM ops={}", vandal::ops()));
     }
     play_role!(role_victim, role_vandal);
     let _s = serial();
@@ -234,7 +148,7 @@ fn cell_garbage_from_another_process_never_panics_or_hangs() {
             op(4);
             let _ = SharedCell::inspect(&path);
         }
-        report(format!("VICTIM ops={}", OP_COUNT.load(Ordering::Relaxed)));
+        report(format!("VICTIM ops={}", vandal::ops()));
     }
     play_role!(role_victim, role_vandal);
     let _s = serial();
@@ -292,7 +206,7 @@ fn election_garbage_from_another_process_never_panics_or_hangs() {
             op(6);
             while events.try_recv().is_ok() {}
         }
-        report(format!("VICTIM ops={}", OP_COUNT.load(Ordering::Relaxed)));
+        report(format!("VICTIM ops={}", vandal::ops()));
     }
     play_role!(role_victim, role_vandal);
     let _s = serial();

@@ -11,17 +11,20 @@
 //! for the CPU.
 #![cfg(not(cxc_loom))]
 
+mod vandal;
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use cxc_sync::{
     EpochMode, FailoverWatchdog, HeartbeatOptions, HeartbeatTable, LeaseOptions, OwnerLease,
     Preemption, SemaphoreOptions, SharedSemaphore,
 };
+use vandal::{op, role_vandal, stall_detector, vandalize};
+
 use cxc_testkit::{
-    Rng, RoleCommand, arg, fields, flag, num, path_arg, play_role, read_word, report, serial,
+    RoleCommand, arg, fields, flag, num, path_arg, play_role, read_word, report, serial,
     sleep_forever,
 };
 
@@ -76,99 +79,6 @@ fn returns_within<R: Send + 'static>(
 // calls every operation. Promise: "hostile/corrupt files give a typed error, never a
 // panic"; "nothing read from the file is trusted". No operation may panic or hang.
 // ---------------------------------------------------------------------------------------
-
-/// The operation a victim is in, for the stall report.
-static OP: AtomicUsize = AtomicUsize::new(0);
-static OP_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-/// Marks the start of operation `i` of the victim.
-fn op(i: usize) {
-    OP.store(i, Ordering::Relaxed);
-    OP_COUNT.fetch_add(1, Ordering::Relaxed);
-}
-
-/// In the victim: a thread that reports `STUCK op=NAME` and exits 3 if no operation
-/// starts for `limit`.
-fn stall_detector(names: &'static [&'static str], limit: Duration) {
-    std::thread::spawn(move || {
-        let mut last = OP_COUNT.load(Ordering::Relaxed);
-        loop {
-            std::thread::sleep(limit);
-            let now = OP_COUNT.load(Ordering::Relaxed);
-            if now == last {
-                let i = OP.load(Ordering::Relaxed);
-                report(format!("STUCK op={}", names.get(i).copied().unwrap_or("?")));
-                // SAFETY: `_exit` ends the process at once, with no unwinding or handlers.
-                unsafe { libc::_exit(3) };
-            }
-            last = now;
-        }
-    });
-}
-
-/// Role `vandal`: until the file `stop` exists, overwrites random words of `path`
-/// between byte `from` and `to` (bit flips of the current value, all ones, zero, random
-/// bytes), every ~50 µs.
-fn role_vandal() {
-    let path = path_arg("path");
-    let stop = path_arg("stop");
-    let from: u64 = arg("from").parse().unwrap();
-    let to: u64 = arg("to").parse().unwrap();
-    let mut rng = Rng::for_test();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let mut writes = 0u64;
-    report("VANDAL started");
-    while !stop.exists() {
-        for _ in 0..64 {
-            let off = from + (rng.next_u64() % ((to - from) / 8)) * 8;
-            let mut b = [0u8; 8];
-            f.read_exact_at(&mut b, off).unwrap();
-            let cur = u64::from_ne_bytes(b);
-            let new = match rng.next_u64() % 6 {
-                0 | 1 => cur ^ (1 << (rng.next_u64() % 64)),
-                2 => u64::MAX,
-                3 => 0,
-                4 => cur.wrapping_add(1),
-                _ => rng.next_u64(),
-            };
-            f.write_all_at(&new.to_ne_bytes(), off).unwrap();
-            writes += 1;
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-    report(format!("VANDAL writes={writes}"));
-}
-
-/// Parent side of a vandal test: starts the victim (role `victim`), waits until it runs,
-/// lets the vandal damage `[from, to)` of `path` for `dur`, stops both and checks that the
-/// victim neither panicked nor hung.
-fn vandalize(test: &str, dir: &Path, path: &Path, from: u64, to: u64, dur: Duration) {
-    let stop = dir.join("stop");
-    let _ = std::fs::remove_file(&stop);
-    let mut victim = RoleCommand::new(test, "victim")
-        .arg("path", path)
-        .arg("stop", &stop)
-        .spawn();
-    assert_eq!(victim.next_report(REPORT_WAIT), "VICTIM started");
-    let mut vandal = RoleCommand::new(test, "vandal")
-        .arg("path", path)
-        .arg("stop", &stop)
-        .arg("from", from.to_string())
-        .arg("to", to.to_string())
-        .spawn();
-    assert_eq!(vandal.next_report(REPORT_WAIT), "VANDAL started");
-    std::thread::sleep(dur);
-    std::fs::write(&stop, b"").unwrap();
-    let v = vandal.finish(CHILD_DEADLINE);
-    let reports = victim.finish(CHILD_DEADLINE);
-    let last = reports.last().expect("the victim reported");
-    assert!(last.starts_with("VICTIM ops="), "victim: {reports:?}");
-    println!("{test}: {last}; {v:?}");
-}
 
 const VANDAL_LEASE: &str = "lease_garbage_from_another_process_never_panics_or_hangs";
 
@@ -248,7 +158,7 @@ fn role_victim_lease() {
             let _ = lease.release(1);
         }
     }
-    report(format!("VICTIM ops={}", OP_COUNT.load(Ordering::Relaxed)));
+    report(format!("VICTIM ops={}", vandal::ops()));
 }
 
 #[test]
@@ -359,7 +269,7 @@ fn semaphore_garbage_from_another_process_never_panics_or_hangs() {
             op(9);
             let _ = SharedSemaphore::inspect(&path);
         }
-        report(format!("VICTIM ops={}", OP_COUNT.load(Ordering::Relaxed)));
+        report(format!("VICTIM ops={}", vandal::ops()));
     }
     play_role!(role_victim, role_vandal);
     let _s = serial();
@@ -454,7 +364,7 @@ fn heartbeat_garbage_from_another_process_never_panics_or_hangs() {
                 let _ = r.in_flight();
             }
         }
-        report(format!("VICTIM ops={}", OP_COUNT.load(Ordering::Relaxed)));
+        report(format!("VICTIM ops={}", vandal::ops()));
     }
     play_role!(role_victim, role_vandal);
     let _s = serial();
