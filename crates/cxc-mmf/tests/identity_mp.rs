@@ -1,7 +1,9 @@
 //! Process identity across real processes: an exited child is dead (also as an unreaped
 //! zombie), a child whose main thread called `pthread_exit` while a worker runs is alive,
 //! a child made by `fork` without `exec` is a new identity, and the fallback path (no
-//! pidfs: pid + start time + boot id) gives the same verdicts.
+//! pidfs: pid + start time + boot id) gives the same verdicts. `threads_stopped` (no
+//! thread can run user code again) is true only of a process that is gone: never of a
+//! live one, a stopped one, or one whose main thread exited while a worker runs.
 //!
 //! This test has its own `main` (no libtest harness): a child role must end the process's
 //! main thread while a worker thread runs. Children are this binary re-executed with
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use cxc_mmf::identity::{
     self, Identity, Liveness, PidWatch, ProcStatus, force_fallback, liveness, proc_status,
+    threads_stopped,
 };
 
 const ROLE: &str = "CXC_ROLE";
@@ -100,6 +103,7 @@ fn self_alive(fallback: bool) {
     check_form(&me, fallback);
     assert_eq!(identity::fallback_active(), fallback);
     assert_eq!(liveness(&me), Liveness::Alive);
+    assert!(!threads_stopped(&me), "this process runs");
     assert_eq!(Identity::of_pid(me.pid), Some(me));
     assert!(!PidWatch::open(&me).unwrap().is_dead());
 }
@@ -109,15 +113,18 @@ fn exited_child_dead_also_as_zombie(fallback: bool) {
     let id = Identity::of_pid(child.id()).expect("a running child is identified");
     check_form(&id, fallback);
     assert_eq!(liveness(&id), Liveness::Alive);
+    assert!(!threads_stopped(&id), "a running child");
     let watch = PidWatch::open(&id).expect("a running child can be watched");
     assert!(!watch.is_dead());
     // Not reaped: a zombie.
     wait_until("child exits", || proc_status(id.pid) == ProcStatus::Zombie);
     assert_eq!(liveness(&id), Liveness::Dead, "unreaped zombie");
+    assert!(threads_stopped(&id), "unreaped zombie");
     assert!(watch.is_dead());
     assert_eq!(identity::proc_group_alive(id.pid), Some(false));
     child.wait().unwrap();
     assert_eq!(liveness(&id), Liveness::Dead, "reaped");
+    assert!(threads_stopped(&id), "reaped");
     assert!(watch.is_dead());
     assert!(PidWatch::open(&id).is_none());
 }
@@ -140,12 +147,35 @@ fn main_thread_exit_is_alive(fallback: bool) {
         "Z of the main thread is not death"
     );
     assert_eq!(identity::proc_group_alive(id.pid), Some(true));
+    assert!(
+        !threads_stopped(&id),
+        "a worker thread still runs user code"
+    );
+    // Stopped by a signal: its threads run again when continued.
+    let pid = rustix::process::Pid::from_raw(id.pid as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    wait_until("child stops", || {
+        std::fs::read_dir(format!("/proc/{}/task", id.pid))
+            .unwrap()
+            .filter_map(Result::ok)
+            .all(|t| {
+                std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .and_then(|r| r.split_whitespace().next())
+                        .is_some_and(|st| st == "T" || st == "Z")
+                })
+            })
+    });
+    assert!(!threads_stopped(&id), "SIGSTOP is not an exit");
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
     let watch = PidWatch::open(&id).expect("a live group can be watched");
     assert!(!watch.is_dead());
     // Release the worker: the process exits as a whole.
     drop(child.stdin.take());
     wait_until("worker exits", || watch.is_dead());
     assert_eq!(liveness(&id), Liveness::Dead);
+    assert!(threads_stopped(&id), "every thread exited");
     child.wait().unwrap();
     assert_eq!(liveness(&id), Liveness::Dead);
 }

@@ -215,26 +215,22 @@ pub enum Liveness {
 /// that is being killed reaches it within microseconds of its last thread taking the
 /// signal, well before it is dead.
 pub fn threads_stopped(id: &Identity) -> bool {
-    match liveness(id) {
-        Liveness::Dead => return true,
-        Liveness::Unknown => return false,
-        Liveness::Alive => {}
+    // The task list first, with no pidfd: it is what a blocked claimant reads the moment
+    // a holder's sentinel says it is exiting. It may be read only for an identity of our
+    // pid namespace, through a `/proc` of our namespace, from this boot. If the pid was
+    // reaped and reused meanwhile, `id` is dead, so "every thread in its exit" is true of
+    // it whatever process the list shows.
+    let me = cache::facts();
+    if id.is_known()
+        && id.boot == boot()
+        && id.pidns == me.pidns
+        && me.proc_ours
+        && procfs::all_tasks_flagged(id.pid, PF_EXITING) == Some(true)
+    {
+        return true;
     }
-    // The pid named `id` a moment ago; if it is reaped and reused while we read, `id` is
-    // dead anyway, whatever we conclude.
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{}/task", id.pid)) else {
-        return liveness(id) == Liveness::Dead;
-    };
-    for entry in dir {
-        let Ok(entry) = entry else { return false };
-        match std::fs::read(entry.path().join("stat")) {
-            Ok(stat) if procfs::stat_flags(&stat).is_some_and(|f| f & PF_EXITING != 0) => {}
-            // The thread is gone since the listing.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            _ => return false,
-        }
-    }
-    true
+    // Some thread may still run, or the list cannot tell: stopped only if dead.
+    liveness(id) == Liveness::Dead
 }
 
 /// `PF_EXITING` in a task's flags (`/proc/<pid>/task/<tid>/stat`, field 9).

@@ -125,6 +125,66 @@ pub(super) fn any_task_alive(pid: u32) -> Option<bool> {
     Some(false)
 }
 
+/// Whether every thread that `/proc/<pid>/task` lists has `flag` in its task flags
+/// (field 9 of its `stat`); a thread gone since the listing counts as having it, and so
+/// does a process whose task directory is gone. `None` when `/proc` cannot tell.
+/// Allocation-free: one directory listing, then each thread's `stat` opened relative to
+/// the task directory, stopping at the first thread without `flag`.
+pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
+    let mut path = PathBuf::new();
+    path.push(b"/proc/");
+    path.push_u32(pid);
+    path.push(b"/task");
+    let cpath = path.as_cstr()?;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let dirfd = match rustix::fs::open(cpath, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) | Err(Errno::SRCH) => {
+            // Gone, unless there is no `/proc` at all.
+            return rustix::fs::access(c"/proc/self/stat", Access::EXISTS)
+                .is_ok()
+                .then_some(true);
+        }
+        Err(_) => return None,
+    };
+    let mut buf = [MaybeUninit::<u8>::uninit(); 2048];
+    let mut dir = rustix::fs::RawDir::new(&dirfd, &mut buf);
+    while let Some(entry) = dir.next() {
+        let Ok(entry) = entry else { return None };
+        let name = entry.file_name().to_bytes();
+        let Some(tid) = parse_u32(name) else {
+            continue; // "." and ".."
+        };
+        let mut rel = PathBuf::new();
+        rel.push_u32(tid);
+        rel.push(b"/stat");
+        let crel = rel.as_cstr()?;
+        let fd = match rustix::fs::openat(
+            &dirfd,
+            crel,
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            // The thread is gone since the listing.
+            Err(Errno::NOENT) | Err(Errno::SRCH) => continue,
+            Err(_) => return None,
+        };
+        let mut stat = [0u8; 1024];
+        let len = match read_full(&fd, &mut stat) {
+            Ok(0) | Err(Errno::SRCH) => continue,
+            Ok(len) => len,
+            Err(_) => return None,
+        };
+        match stat_flags(&stat[..len]) {
+            Some(f) if f & flag != 0 => {}
+            Some(_) => return Some(false),
+            None => return None,
+        }
+    }
+    Some(true)
+}
+
 /// Whether `/proc` belongs to our pid namespace: `/proc/self` must name our own pid.
 /// A `/proc` mounted for another namespace would answer for other processes.
 pub(super) fn proc_is_ours(pid: u32) -> bool {
