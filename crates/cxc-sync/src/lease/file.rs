@@ -386,10 +386,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let h = if register {
             match st.register(pid, &me) {
                 Some(h) => h,
-                // The table is full: if the holder is dead, vacate its claim so that its
-                // slot is free, and try once more (a dead holder never wedges the lease).
-                None if st.vacate_dead_holder() => st.register(pid, &me)?,
-                None => return None,
+                // The table is full. A dead process never wedges the lease: vacate the
+                // current claim if its holder is dead, and free the quarantined buffers
+                // of superseded writers that are gone (a quarantine record keeps the
+                // writer's slot referenced), so their slots are free; then try once more.
+                None => {
+                    st.vacate_dead_holder();
+                    st.reap_quarantine();
+                    st.register(pid, &me)?
+                }
             }
         } else {
             st.lookup(pid, &me)?
