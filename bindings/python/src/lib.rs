@@ -1028,6 +1028,7 @@ fn bridge() -> &'static std::sync::mpsc::Sender<Arc<WakeTarget>> {
         let spawned = std::thread::Builder::new()
             .name("cxc-asyncio-wake".into())
             .spawn(move || {
+                cxc::mmf::orphan::ours();
                 for w in rx {
                     deliver(&w);
                 }

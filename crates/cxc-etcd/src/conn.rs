@@ -293,6 +293,8 @@ impl Etcd {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(RUNTIME_THREAD)
+            // The library's threads (`cxc_mmf::orphan`), until each ends.
+            .on_thread_start(cxc_mmf::orphan::ours)
             .enable_all()
             .build()
             .map_err(EtcdError::Runtime)?;
@@ -320,8 +322,8 @@ impl Etcd {
                 client: std::sync::Mutex::new(client),
             });
         }
-        // The runtime's threads are the library's (named `cxc-etcd`, see
-        // `cxc_mmf::orphan::OURS`) and keep sessions alive: they must not keep alive a
+        // The runtime's threads are the library's (registered, `cxc_mmf::orphan::ours`)
+        // and keep sessions alive: they must not keep alive a
         // process whose main thread exited and whose own threads all ended. So one task
         // looks once a second (`cxc_mmf::orphan`), for as long as the connection lives.
         drop(rt.spawn(async {

@@ -328,6 +328,7 @@ impl Sidecar {
             .spawn(move || {
                 // It must not keep alive a process none of whose own threads is left
                 // (a handle left on an exited main thread's stack is never dropped).
+                cxc_mmf::orphan::ours();
                 let mut looks = cxc_mmf::orphan::Looker::new();
                 let mut next_poll = Instant::now();
                 loop {

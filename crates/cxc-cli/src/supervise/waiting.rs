@@ -140,6 +140,7 @@ impl Monitor {
         let handle = std::thread::Builder::new()
             .name("cxc-wait-monitor".into())
             .spawn(move || {
+                cxc::mmf::orphan::ours();
                 loop {
                     let ready = wait_any(&[stop_r.as_fd(), wrapper.as_fd(), rx.as_fd()], None);
                     if ready[0] {

@@ -248,7 +248,10 @@ fn start() -> &'static Reactor {
         let r: &'static Reactor = unsafe { &*new };
         std::thread::Builder::new()
             .name("cxc-async-reactor".into())
-            .spawn(move || r.run())
+            .spawn(move || {
+                cxc_mmf::orphan::ours();
+                r.run()
+            })
             .expect("spawn the cxc async reactor thread");
         if r.epoll.is_some() {
             // On the lease's sentinel thread, which every process that claims has and
@@ -257,7 +260,10 @@ fn start() -> &'static Reactor {
             if let Err(job) = crate::lease::host_on_sentinel(job) {
                 std::thread::Builder::new()
                     .name("cxc-async-deaths".into())
-                    .spawn(job)
+                    .spawn(move || {
+                        cxc_mmf::orphan::ours();
+                        job()
+                    })
                     .expect("spawn the cxc death-watch thread");
             }
         }

@@ -190,12 +190,15 @@ impl<B: ElectionBackend> Leadership<B> {
         };
         if background {
             let core = l.core();
-            // Named as the library's (`cxc_mmf::orphan::OURS`): it does not count as a
-            // thread of the application.
+            // Registered as the library's (`cxc_mmf::orphan::ours`): it does not count as
+            // a thread of the application (a thread the backend starts from it does).
             l.renewer = Some(
                 std::thread::Builder::new()
                     .name("cxc-election".into())
-                    .spawn(move || core.background())
+                    .spawn(move || {
+                        cxc_mmf::orphan::ours();
+                        core.background()
+                    })
                     .expect("cannot start the election's renewer thread"),
             );
         }

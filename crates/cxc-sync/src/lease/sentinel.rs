@@ -88,6 +88,8 @@ fn start(proc: u32) -> Option<Sentinel> {
         .name("cxc-sentinel".into())
         .stack_size(128 * 1024)
         .spawn(move || {
+            // One of the library's threads: it never keeps an orphaned process alive.
+            cxc_mmf::orphan::ours();
             // SAFETY: `head` is leaked, so it outlives this thread; it is a well-formed
             // empty list (it points at itself) of the kernel's layout. This thread runs
             // nothing but this loop, so it never holds a pthread robust mutex whose list

@@ -298,6 +298,7 @@ fn spawn_linux(state: &LeaseState, ident: Identity) -> Option<Thread> {
     let handle = std::thread::Builder::new()
         .name("cxc-lease-watch".into())
         .spawn(move || {
+            cxc_mmf::orphan::ours();
             let ptr = ptr;
             if !dead {
                 let Some(pidfd) = pidfd else { return };
