@@ -317,11 +317,13 @@ impl LeaseState {
     /// word, passing an interrupted update on to the next claim (`TORN_NEXT`) and waking
     /// the sleepers. Returns whether it vacated.
     fn vacate(&self, cur: Word) -> bool {
+        // Interrupted now (WRITE, or a guard mid-fill), or inherited and never rewritten.
         let torn = cur.writing()
             || (cur.private()
                 && cur
                     .stage()
-                    .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1));
+                    .is_some_and(|s| self.bufs[s].seq.load(Ordering::Acquire) & 1 == 1))
+            || self.torn.load(Ordering::Acquire) == cur.id();
         if torn {
             self.torn
                 .store(TORN_NEXT | cur.gen_low(), Ordering::Release);
@@ -373,7 +375,7 @@ impl LeaseState {
     /// so it never overwrites the flag of a claim that superseded `cur` meanwhile; a
     /// taker of `cur` that sees the passed-on flag inherits it as well (`try_claim`).
     #[inline]
-    fn pass_torn_on(&self, cur: Word) {
+    pub(crate) fn pass_torn_on(&self, cur: Word) {
         if self.torn.load(Ordering::Acquire) == cur.id() {
             self.pass_torn_on_slow(cur);
         }

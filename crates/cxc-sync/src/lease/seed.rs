@@ -11,18 +11,19 @@ use super::state::{Granted, LeaseState, WriteRefused};
 use super::word::Word;
 use crate::primitive::Ordering;
 
-/// Aborts an unfinished `with_lease` if its closure panics: nothing is published and the
-/// lease is released.
+/// Aborts an unfinished `with_lease` if its closure panics: nothing is published, and a
+/// claim the call made is released (`release`).
 struct AbortOnUnwind<'a> {
     state: &'a LeaseState,
     word: Word,
     armed: bool,
+    release: bool,
 }
 
 impl Drop for AbortOnUnwind<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.state.abort_write(self.word, true);
+            self.state.abort_write(self.word, self.release);
         }
     }
 }
@@ -150,11 +151,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 
     /// Seed API: claims the lease (as [`try_acquire`](Self::try_acquire)), runs `f` on a
     /// copy of the payload, publishes the result and releases, in two atomic steps. If
-    /// `my_pid` already held the lease it stays held. Returns `None` if the lease could
-    /// not be claimed, or if the claim was lost while `f` ran — then nothing is published,
-    /// ever: a claim superseded or released while `f` runs cannot publish, and its
-    /// staging buffer stays in quarantine until this call returns. If `f` panics nothing
-    /// is published and the lease is released.
+    /// `my_pid` already held the lease it stays held: the update is then one held write,
+    /// with the claim's WRITE bit set while `f` runs, so a sibling thread's write of the
+    /// same claim waits for it (at most ~100 ms, then that write fails), and a sibling's
+    /// write in flight is waited for the same way (then `None`, `f` not run). Returns
+    /// `None` if the lease could not be claimed, or if the claim was lost while `f` ran —
+    /// then nothing is published, ever: a claim superseded or released while `f` runs
+    /// cannot publish, and its staging buffer stays in quarantine until this call returns.
+    /// If `f` panics nothing is published, and a claim this call made is released.
     pub fn with_lease<R>(&self, my_pid: u32, grace: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         let st = self.state();
         let claimed = self.claim_now(my_pid, grace, true);
@@ -167,6 +171,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     state: st,
                     word,
                     armed: true,
+                    release: true,
                 };
                 let mut value: T = from_words(&st.read_published(word))?;
                 let r = f(&mut value);
@@ -177,14 +182,27 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                 Some(r)
             }
             None => {
-                let cur = st.word();
-                if !self.held_as(cur, my_pid) {
+                // Already held for `my_pid` (by this process): a held update, with WRITE
+                // set from the read to the publication, so that a sibling thread's write
+                // of the same claim waits for it (or gives up) instead of being lost.
+                let ours = |w: Word| self.held_as(w, my_pid);
+                if !ours(st.word()) {
                     return None;
                 }
-                let claim = st.claim_for(cur.0, false, my_proc());
-                let mut value = self.read_claimed(&claim)?;
+                let word = st.start_write(ours).ok()?;
+                let mut guard = AbortOnUnwind {
+                    state: st,
+                    word,
+                    armed: true,
+                    release: false,
+                };
+                let mut value: T = from_words(&st.read_published(word))?;
                 let r = f(&mut value);
-                self.write_claimed(&claim, value).then_some(r)
+                st.fill(word, &to_words(&value), words_for::<T>());
+                guard.armed = false;
+                let left = st.publish_word(word, false)?;
+                self.hot.store(left.0, Ordering::Relaxed);
+                Some(r)
             }
         }
     }

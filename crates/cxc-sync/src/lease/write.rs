@@ -290,6 +290,11 @@ impl LeaseState {
     /// with `release` also releases the claim. If the claim was superseded meanwhile,
     /// frees this writer's quarantined buffer.
     pub(crate) fn abort_write(&self, word: Word, release: bool) {
+        if release {
+            // As any release: an inherited, never rewritten interruption goes on to the
+            // next claim.
+            self.pass_torn_on(word);
+        }
         let ended = self.end_write(word, |c| {
             if release {
                 c.vacated()
