@@ -213,8 +213,16 @@ fn facts_slow() -> Facts {
         }
     }
     let proc_ours = super::procfs::proc_is_ours(pid);
+    // The start time whatever the main thread's state: a process whose main thread has
+    // exited (`Z`, the `pthread_exit` pattern) before its first use of an identity is
+    // this process all the same, and without a start time the fallback form would be
+    // unknown (never judged dead, and shared with any later process of the same pid).
     let start = match super::procfs::stat_of(pid, None) {
-        Some((super::ProcStatus::Live { start_time }, _)) if proc_ours => start_time,
+        Some((super::ProcStatus::Live { .. } | super::ProcStatus::Zombie, start_time))
+            if proc_ours =>
+        {
+            start_time
+        }
         _ => 0,
     };
     let f = Facts {
