@@ -330,3 +330,40 @@ fn loom_stalled_registrant_never_overwrites_the_next_registration() {
         }
     });
 }
+
+/// A registrant on behalf of a dead pid (the identity it records is dead from the start)
+/// marks a unit right after registering, while a newcomer reuses the slot by OS identity
+/// (register pass 2). The unit is never lost: either the mark fails (the registrant was
+/// fenced, and knows it), or the bit stands in the registration that holds the slot,
+/// which the newcomer then did not take. Without the fence at the start of pass 2 loom
+/// finds the registrant's late live tag letting its mark land between the newcomer's
+/// close and owner CAS, in a half no snapshot shows (`attack28_mp` drives the same
+/// interleaving with real processes).
+#[test]
+fn loom_pass2_reuse_never_loses_a_late_registrants_unit() {
+    loom::model(|| {
+        let slot = Arc::new(HeartbeatSlot::new_free());
+        let proxy = on(&slot, |slot| {
+            match slot.try_claim(10, &id(10, 555), 1, &ClaimRule::FreeOrFenced) {
+                Claim::Won { owner, .. } => slot.update_bit(owner, 40, true),
+                Claim::No => false,
+            }
+        });
+        let dead = |i: &Identity| *i == id(10, 555);
+        // Once the registrant's identity is complete (spinning costs no preemption).
+        while !slot.identity(slot.owner.load(Ordering::Acquire)).is_known() {
+            thread::yield_now();
+        }
+        let newcomer = slot.try_claim(30, &id(30, 0), 2, &ClaimRule::OsDead(&dead));
+        let marked = proxy.join().unwrap();
+        let snap = slot.read().unwrap();
+        if marked {
+            assert_eq!(
+                (snap.pid, snap.in_flight_bitmap & (1 << 40)),
+                (10, 1 << 40),
+                "unit 40 lost: {snap:?}"
+            );
+            assert_eq!(newcomer, Claim::No);
+        }
+    });
+}

@@ -137,7 +137,7 @@ impl HeartbeatSlot {
         rule: &ClaimRule<'_>,
     ) -> Claim {
         debug_assert!(pid != 0);
-        let seen = self.owner.load(Ordering::Acquire);
+        let mut seen = self.owner.load(Ordering::Acquire);
         let generation = gen_of(seen);
         let allowed = match rule {
             ClaimRule::FreeOrFenced => pid_of(seen) == 0 || is_fenced(seen),
@@ -152,7 +152,23 @@ impl HeartbeatSlot {
                 }
             }
         };
-        if !allowed || !self.close_empty_halves(generation) {
+        if !allowed {
+            return Claim::No;
+        }
+        if let ClaimRule::OsDead(_) = rule {
+            // Fence the dead registration first, as a watchdog would. Its registrant may
+            // still be inside `register` (registering on behalf of a pid that is already
+            // dead) and set its live tag late on a half we close below; with the owner
+            // word no longer its, it can add no bit with that tag (`update_bit` checks
+            // the owner), so the window between the close and our owner CAS is as safe
+            // as in the free-or-fenced case. If the close then finds bits, the slot stays
+            // fenced with them: the next scan reports them (H2).
+            if self.fence(seen) != Some(true) {
+                return Claim::No;
+            }
+            seen |= FENCED_BIT;
+        }
+        if !self.close_empty_halves(generation) {
             return Claim::No;
         }
         // Both halves now carry a non-live tag and no bits, and nobody can add bits to
@@ -330,7 +346,20 @@ impl HeartbeatSlot {
                     return false;
                 }
                 if half_tag(cur) != live_tag(generation) {
-                    break; // already fenced (or an older generation's tag): closed
+                    // Already fenced (or an older generation's tag): closed. Still an RMW
+                    // (writing the same value), so that a late live tag of `generation`'s
+                    // registrant (`retag_live`, an RMW on this half) is ordered with it:
+                    // if it comes after, its CAS reads from ours, so the registrant then
+                    // sees the owner word as we left it (fenced, in pass 2) and marks
+                    // nothing; if it came before, we see it here and close it.
+                    // SYNC: half-close (AcqRel; pairs with `retag_live`'s CAS).
+                    match half.compare_exchange(cur, cur, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => break,
+                        Err(v) => {
+                            cur = v;
+                            continue;
+                        }
+                    }
                 }
                 match half.compare_exchange(
                     cur,
