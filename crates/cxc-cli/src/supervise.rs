@@ -344,7 +344,11 @@ pub(crate) fn supervise(
         if ready[1 - off] {
             terminate_group(run.pgid);
             let _ = run.child.wait();
-            return Ended::WrapperDied;
+            return if wait_nested_keepers(beat) {
+                Ended::WrapperDied
+            } else {
+                Ended::Lost
+            };
         }
         if !beat() {
             terminate_group(run.pgid);
@@ -354,9 +358,93 @@ pub(crate) fn supervise(
         if let Some(c) = code
             && !group_alive(run.pgid)
         {
-            return Ended::Exited(c);
+            return if wait_nested_keepers(beat) {
+                Ended::Exited(c)
+            } else {
+                Ended::Lost
+            };
         }
     }
+}
+
+/// A run nested in this one (`cxc lease run A -- cxc sem run B -- cmd`, as `flock A flock
+/// B cmd`) has its keeper and its command in process groups of their own, outside our
+/// command's group, which holds only its wrapper. If that wrapper dies (when we end our
+/// group, say), its keeper becomes our child (we are a subreaper) and ends its command
+/// before it exits: our claim must last until then, as flock's lock lasts while the inner
+/// command holds its descriptor. So this waits, renewing the claim with `beat` every
+/// [`KEEP_EVERY`], while any child of ours is a keeper (its environment names
+/// [`KEEPER_ENV`]); `false` if the claim was lost meanwhile. A process the command moved
+/// out of its group itself (setsid) is no keeper: it is not waited for (docs/cli.md).
+fn wait_nested_keepers(beat: &mut dyn FnMut() -> bool) -> bool {
+    while nested_keeper_alive() {
+        if !beat() {
+            return false;
+        }
+        std::thread::sleep(KEEP_EVERY);
+    }
+    true
+}
+
+/// Whether a live child of this process is a keeper of a nested run (see
+/// [`wait_nested_keepers`]).
+fn nested_keeper_alive() -> bool {
+    reap_zombies();
+    // No child at all (how a run usually ends): nothing to look for in /proc.
+    if let Err(Errno::CHILD) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {
+        return false;
+    }
+    let marker = format!("{KEEPER_ENV}=");
+    children().into_iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+            env.split(|b| *b == 0)
+                .any(|e| e.starts_with(marker.as_bytes()))
+        })
+    })
+}
+
+/// The live children of this process: from `/proc/self/task/*/children` where the kernel
+/// has it, else by a scan of `/proc` for our pid as parent.
+fn children() -> Vec<u32> {
+    let me = std::process::id();
+    let listed: Option<Vec<u32>> = std::fs::read_dir("/proc/self/task").ok().and_then(|tasks| {
+        let mut all = Vec::new();
+        for t in tasks.flatten() {
+            let text = std::fs::read_to_string(t.path().join("children")).ok()?;
+            all.extend(
+                text.split_whitespace()
+                    .filter_map(|s| s.parse::<u32>().ok()),
+            );
+        }
+        Some(all)
+    });
+    if let Some(all) = listed {
+        return all
+            .into_iter()
+            .filter(|&pid| stat_ppid(&format!("/proc/{pid}/stat")) == Some(me))
+            .collect();
+    }
+    std::fs::read_dir("/proc")
+        .map(|procs| {
+            procs
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|&pid| stat_ppid(&format!("/proc/{pid}/stat")) == Some(me))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parent pid in the `stat` file at `path`, if the process is not a zombie.
+fn stat_ppid(path: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.next()?.parse().ok()
 }
 
 /// Reaps every exited child (the keeper is a subreaper: orphans of the command).
