@@ -4,11 +4,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::reactor::{Check, Next, TICK, Waiting};
-use crate::lease::{LeaseGuard, OwnedLeaseGuard, OwnerLease};
+use crate::lease::{LeaseGuard, OwnedLeaseGuard, OwnerLease, SLOT_POLL, SLOT_POLL_MAX};
 
 /// Tag of the lock group of a lease's wake word.
 const LOCK_TAG: u64 = 0;
@@ -70,13 +71,37 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let st = self.state_addr();
         let grace = self.guard_grace();
         let clock = crate::epoch::EpochClock::new(self.epoch_mode_of());
+        let key = self.guard_slot_key();
         let mut watch = None;
+        // While this process has no slot in the identity table: when and how often the
+        // waiters were last let try (a try registers one if the table has room).
+        let mut slotless: Option<(Instant, Duration)> = None;
         Box::new(move || {
             // SAFETY: the state lives in the mapping of a handle that every waiter of this
             // group borrows or owns; the reactor calls checks only while the group exists
             // (see `reactor.rs`, `Group::word`).
             let st = unsafe { &*(st as *const crate::lease::LeaseStateRef) };
-            st.claimable(&clock, grace, &mut watch)
+            let next = st.claimable(&clock, grace, &mut watch);
+            if !matches!(next, Next::Now) || st.has_slot(key) {
+                slotless = None;
+                return next;
+            }
+            // Claimable, but we have no slot: a try fails while the table is full. Let the
+            // waiters try at once, then after 5, 10, 20 ... ms, at most every 100 ms (as a
+            // blocking `lock` does), not on every turn of the reactor (which spun).
+            let now = Instant::now();
+            match &mut slotless {
+                None => {
+                    slotless = Some((now, SLOT_POLL));
+                    Next::Now
+                }
+                Some((at, every)) if now >= *at + *every => {
+                    *at = now;
+                    *every = (*every * 2).min(SLOT_POLL_MAX);
+                    Next::Now
+                }
+                Some((at, every)) => Next::Within(*at + *every - now),
+            }
         })
     }
 }

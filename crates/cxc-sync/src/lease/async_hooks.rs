@@ -27,6 +27,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         self.guard.grace
     }
 
+    /// The identity-table key of this handle's guards (their pid, as a guard's slot).
+    pub(crate) fn guard_slot_key(&self) -> u64 {
+        super::slot::pid_word(self.guard_pid(), true)
+    }
+
     /// The epoch source (for the reactor's own clock).
     pub(crate) fn epoch_mode_of(&self) -> EpochMode {
         self.epoch_mode()
@@ -34,6 +39,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
 }
 
 impl LeaseState {
+    /// Whether this process has a slot of the identity table for `key` (no registration).
+    pub(crate) fn has_slot(&self, key: u64) -> bool {
+        self.lookup(key, &Identity::current()).is_some()
+    }
+
     /// The reactor's check for the lock group, run after `park::announce`: re-checks the
     /// claim word with a read-modify-write (the parking protocol), then says whether a
     /// claim could succeed: vacant, stale by more than `grace`, or the holder's whole

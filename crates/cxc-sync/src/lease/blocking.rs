@@ -89,12 +89,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             return None;
         }
         let deadline = Instant::now().checked_add(timeout);
+        let mut every = SLOT_POLL;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
                 return None;
             }
-            std::thread::sleep(left.map_or(SLOT_POLL, |l| l.min(SLOT_POLL)));
+            std::thread::sleep(left.map_or(every, |l| l.min(every)));
+            every = (every * 2).min(SLOT_POLL_MAX);
             if let Some(h) = self.holder_as(pid, true) {
                 return Some(h);
             }

@@ -43,7 +43,11 @@ pub(super) static FILE: FileSpec = FileSpec {
     check_params,
 };
 /// How often a claimant waiting for a free identity slot looks again.
-pub(super) const SLOT_POLL: Duration = Duration::from_millis(5);
+pub(crate) const SLOT_POLL: Duration = Duration::from_millis(5);
+/// The longest interval between those looks: a claimant that keeps finding the table
+/// full looks again after 5, 10, 20 ... ms, then every 100 ms (each look checks whether
+/// the process behind each slot lives, some hundreds of µs of CPU).
+pub(crate) const SLOT_POLL_MAX: Duration = Duration::from_millis(100);
 
 /// A cross-process lease on a payload `T` of at most 48 bytes, in a mapped file.
 ///

@@ -95,7 +95,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// The pid a guard's claim is made for (shown as the owner, and compared by the
     /// lower-pid preemption rule): the builder's `pid`, else this process's.
     #[inline]
-    fn guard_pid(&self) -> u32 {
+    pub(super) fn guard_pid(&self) -> u32 {
         match self.guard.pid {
             0 => cxc_mmf::identity::current_pid(),
             p => p,

@@ -27,6 +27,8 @@ pub const NO_OWNER: u32 = 0;
 #[cfg(all(feature = "async", not(cxc_loom)))]
 mod async_hooks;
 #[cfg(all(feature = "async", not(cxc_loom)))]
+pub(crate) use file::{SLOT_POLL, SLOT_POLL_MAX};
+#[cfg(all(feature = "async", not(cxc_loom)))]
 pub(crate) use state::LeaseState as LeaseStateRef;
 
 crate::macros::not_loom! {
