@@ -11,9 +11,10 @@
 //! sides run one at a time (a file-wide lock).
 #![cfg(not(cxc_loom))]
 
-use std::fs::OpenOptions;
+mod procs;
+
+use procs::words;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,40 +28,6 @@ use cxc_testkit::{
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
-
-/// `n` shared 64-bit words in a 4096-byte file mapped `MAP_SHARED` (made by the first
-/// caller; never unmapped).
-fn words(path: &Path, n: usize) -> &'static [AtomicU64] {
-    assert!(n * 8 <= 4096);
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .unwrap();
-    if f.metadata().unwrap().len() < 4096 {
-        f.set_len(4096).unwrap();
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: a fresh shared read-write mapping of 4096 bytes of an open file; the
-    // result is checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap");
-    // SAFETY: the mapping is 4096 bytes, page aligned, never unmapped, and only accessed
-    // through atomics (in every process).
-    unsafe { std::slice::from_raw_parts(p as *const AtomicU64, n) }
-}
-
 /// Whether `pid` is a live process (not gone, not a zombie).
 fn pid_alive(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

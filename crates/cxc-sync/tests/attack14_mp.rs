@@ -14,7 +14,9 @@
 //! sides run one at a time (a file-wide lock).
 #![cfg(not(cxc_loom))]
 
-use std::fs::OpenOptions;
+mod procs;
+
+use procs::words;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -55,39 +57,6 @@ fn child_rng() -> Rng {
         .map_or(0, |d| d.as_nanos() as u64);
     Rng::new(cxc_testkit::mix(u64::from(me()) ^ (t << 20) ^ 0x5eed))
 }
-
-/// `n` shared atomic words in file `path` (created and sized as needed; never unmapped).
-fn words(path: &Path, n: usize) -> &'static [AtomicU64] {
-    let bytes = (n * 8).div_ceil(4096) * 4096;
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .unwrap();
-    if (f.metadata().unwrap().len() as usize) < bytes {
-        f.set_len(bytes as u64).unwrap();
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: a fresh shared read-write mapping of `bytes` bytes of an open file; the
-    // result is checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap");
-    // SAFETY: the mapping is `bytes` long, page aligned, never unmapped, and only
-    // accessed through atomics (in every process).
-    unsafe { std::slice::from_raw_parts(p as *const AtomicU64, n) }
-}
-
 // ---------------------------------------------------------------------------------------
 // Semaphore file layout (docs/shared-semaphore.md, "Memory layout").
 // ---------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@
 
 mod procs;
 
-use std::path::Path;
+use procs::words;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -214,39 +215,6 @@ fn sem_late_half_exited_heir_of_a_late_half_exited_holders_pid_inherits_nothing_
 // ---------------------------------------------------------------------------------------
 // 3. An independent ledger under SIGKILL and SIGSTOP: hand-offs, sibling threads.
 // ---------------------------------------------------------------------------------------
-
-/// `n` shared atomic words in file `path` (created and sized as needed; never unmapped).
-fn words(path: &Path, n: usize) -> &'static [AtomicU64] {
-    let bytes = (n * 8).div_ceil(4096) * 4096;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .unwrap();
-    if (f.metadata().unwrap().len() as usize) < bytes {
-        f.set_len(bytes as u64).unwrap();
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: a fresh shared read-write mapping of `bytes` bytes of an open file; the
-    // result is checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap");
-    // SAFETY: the mapping is `bytes` long, page aligned, never unmapped, and only
-    // accessed through atomics (in every process).
-    unsafe { std::slice::from_raw_parts(p as *const AtomicU64, n) }
-}
-
 /// Ledger layout. Word `L_OUT` packs one 8-bit field per worker (permits it confirmed it
 /// holds: added right after an acquire, taken off right before a release or disown) and
 /// field `HANDED_FIELD` (hand-offs confirmed: added after a disown, reserved by a taker

@@ -18,6 +18,8 @@
 
 mod procs;
 
+use procs::words;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -412,37 +414,6 @@ fn forked_childs_copy_of_a_guard_is_lost_at_once_and_its_lock_async_waits_for_th
 const T4: &str = "guard_chaos_of_kills_and_stops_never_publishes_a_superseded_write_and_every_waiter_gets_the_lease";
 
 type P6 = [u64; 6];
-
-/// `n` shared 64-bit words in a 4096-byte file mapped `MAP_SHARED` (never unmapped).
-fn words(path: &Path, n: usize) -> &'static [std::sync::atomic::AtomicU64] {
-    use std::os::fd::AsRawFd;
-    assert!(n * 8 <= 4096);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .unwrap();
-    if f.metadata().unwrap().len() < 4096 {
-        f.set_len(4096).unwrap();
-    }
-    // SAFETY: a fresh shared read-write mapping of 4096 bytes of an open file; checked.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED, "mmap");
-    // SAFETY: 4096 bytes, page aligned, never unmapped, only accessed through atomics.
-    unsafe { std::slice::from_raw_parts(p as *const std::sync::atomic::AtomicU64, n) }
-}
-
 /// Shared words of the chaos test.
 const C_MAXGRANT: usize = 0; // highest token that entered its critical section
 const C_MAXW: usize = 1; // highest token whose write succeeded

@@ -8,10 +8,13 @@
 #![allow(dead_code, unreachable_pub, unsafe_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use cxc_testkit::{Proc, RoleCommand, path_arg};
 
+// Not every test that includes this module uses them.
+#[allow(unused_imports)]
 pub use cxc_testkit::{report, role};
 
 /// How long a scenario (or a child's report) may take.
@@ -167,4 +170,38 @@ pub fn park() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// `n` shared 64-bit words in the file `path`, mapped `MAP_SHARED` (the file is created
+/// and sized to whole pages as needed; the mapping is never unmapped): a board that every
+/// process of a test maps to report to the others, or to a checker, with atomics.
+pub fn words(path: &Path, n: usize) -> &'static [AtomicU64] {
+    use std::os::fd::AsRawFd;
+    let bytes = (n * 8).div_ceil(4096).max(1) * 4096;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .unwrap();
+    if (f.metadata().unwrap().len() as usize) < bytes {
+        f.set_len(bytes as u64).unwrap();
+    }
+    // SAFETY: a fresh shared read-write mapping of `bytes` bytes of an open file at least
+    // that long; the result is checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "mmap");
+    // SAFETY: the mapping is `bytes` >= 8 * n bytes long, page aligned, never unmapped,
+    // and only accessed through atomics (in every process).
+    unsafe { std::slice::from_raw_parts(p as *const AtomicU64, n) }
 }
