@@ -360,6 +360,7 @@ impl LeaseState {
             }
             let tag = self.qowner[b].load(Ordering::Acquire);
             let holder = (tag & 0xFF) as u8;
+            #[cfg_attr(cxc_loom, allow(unused_mut))] // only the wait below changes it
             let mut gone = self.slot_liveness(holder) == Liveness::Dead;
             #[cfg(not(cxc_loom))]
             while !gone && self.slot_exiting(holder) && started.elapsed() < EXITING_WAIT {
