@@ -157,14 +157,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         let st = self.state();
         let started = Instant::now();
         let deadline = started.checked_add(timeout);
-        // Spin first, without OS checks, for the shared strategy's budget or the default
-        // one (`park::spin_for`).
-        let budget = if spin {
-            st.handshake
-                .spin_budget()
-                .unwrap_or(crate::park::DEFAULT_SPIN)
-        } else {
-            Duration::ZERO
+        // Spin first, without OS checks, for the shared strategy's budget, or the
+        // default one while this handle's recent waits were short (`park::SpinGauge`).
+        let shared = st.handshake.spin_budget();
+        let gauged = spin && shared.is_none();
+        let budget = match shared {
+            _ if !spin => Duration::ZERO,
+            Some(b) => b,
+            None => self.spin.budget(crate::park::DEFAULT_SPIN),
         };
         // A spinning attempt loads the word and tries to claim only when there is
         // something to try: the lease is vacant, or held by a claim not yet judged (a
@@ -183,11 +183,15 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             judged = Some(cur.id());
             self.try_claim_from(cur, me, grace)
         }) {
+            let waited = started.elapsed();
+            if gauged {
+                self.spin.record(waited, crate::park::DEFAULT_SPIN);
+            }
             self.note_grant(&g);
             self.note(
                 OpCode::LeaseBlockedWait,
                 sidecar_flags::WAIT_SPUN,
-                started.elapsed().as_nanos() as u64,
+                waited.as_nanos() as u64,
             );
             return Some(g);
         }
@@ -268,7 +272,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             }
         };
         let (got, timed_out) = result;
-        let waited = started.elapsed().as_nanos() as u64;
+        let waited = started.elapsed();
+        if gauged {
+            self.spin.record(waited, crate::park::DEFAULT_SPIN);
+        }
+        let waited = waited.as_nanos() as u64;
         st.bump(counter::BLOCKED_NS, waited);
         let mut flags = sidecar_flags::WAIT_PARKED;
         if timed_out {

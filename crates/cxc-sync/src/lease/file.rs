@@ -112,6 +112,8 @@ pub struct OwnerLease<T> {
     /// The death watcher of blocked `acquire`s (one thread, kept between waits; stopped
     /// and joined at the latest in `drop`, before the mapping it reads is unmapped).
     pub(super) watch: super::watch::Watch,
+    /// Whether this handle's blocked waits spin first (their recent length).
+    pub(super) spin: crate::park::SpinGauge,
     /// Guards' settings: the grace in epochs and the pid their slot names.
     pub(super) guard: GuardSettings,
     pub(super) _payload: PhantomData<fn() -> T>,
@@ -293,6 +295,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
             observed: cxc_sidecar::Observed::new(),
             cache: std::array::from_fn(|_| AtomicU64::new(0)),
             hot: AtomicU64::new(0),
+            spin: crate::park::SpinGauge::new(),
             pinned_by: std::sync::atomic::AtomicU32::new(0),
             pinned: std::sync::atomic::AtomicU64::new(0),
             linked: std::sync::atomic::AtomicU64::new(0),

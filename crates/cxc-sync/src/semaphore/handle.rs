@@ -44,6 +44,8 @@ pub struct SharedSemaphore {
     pub(super) holder: crate::holders::HolderCache,
     /// Whether a `SidecarBox` observes this handle (then transitions are recorded).
     pub(super) observed: cxc_sidecar::Observed,
+    /// Whether this handle's blocked acquires spin first (their recent length).
+    pub(super) spin: crate::park::SpinGauge,
 }
 
 pub(super) fn check_params(p: &[u64; 4]) -> Result<(), MmfError> {
@@ -242,6 +244,7 @@ impl SharedSemaphore {
             max,
             holder: crate::holders::HolderCache::new(),
             observed: cxc_sidecar::Observed::new(),
+            spin: crate::park::SpinGauge::new(),
         })
     }
 

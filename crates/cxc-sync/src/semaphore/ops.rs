@@ -156,15 +156,20 @@ impl SharedSemaphore {
         raw.bump(ctr::CONTENDED, 1);
         let started = Instant::now();
         // Spin first (re-reading the count), if `spin`: the shared strategy's budget, or
-        // the default one (`park::spin_for`), never past the deadline.
-        let mut budget = if spin {
-            self.map
-                .head()
-                .handshake
-                .spin_budget()
-                .unwrap_or(crate::park::DEFAULT_SPIN)
-        } else {
-            Duration::ZERO
+        // the default one while this handle's recent waits were short
+        // (`park::SpinGauge`), never past the deadline.
+        let shared = self.map.head().handshake.spin_budget();
+        let gauged = spin && shared.is_none();
+        let mut budget = match shared {
+            _ if !spin => Duration::ZERO,
+            Some(b) => b,
+            None => self.spin.budget(crate::park::DEFAULT_SPIN),
+        };
+        let gauge = |waited: Duration| {
+            if gauged {
+                self.spin.record(waited, crate::park::DEFAULT_SPIN);
+            }
+            waited.as_nanos() as u64
         };
         if let Some(d) = deadline {
             budget = budget.min(d.saturating_duration_since(started));
@@ -173,11 +178,7 @@ impl SharedSemaphore {
             (raw.available() > 0 && raw.try_acquire(holder)).then_some(())
         });
         if spun.is_some() {
-            self.note(
-                OpCode::SemContended,
-                flags::WAIT_SPUN,
-                started.elapsed().as_nanos() as u64,
-            );
+            self.note(OpCode::SemContended, flags::WAIT_SPUN, gauge(started.elapsed()));
             return true;
         }
         let mut next_reclaim = Instant::now() + RECLAIM_EVERY;
@@ -188,7 +189,7 @@ impl SharedSemaphore {
                 self.note(
                     OpCode::SemContended,
                     flags::WAIT_PARKED,
-                    started.elapsed().as_nanos() as u64,
+                    gauge(started.elapsed()),
                 );
                 return true;
             }
@@ -199,7 +200,7 @@ impl SharedSemaphore {
                 self.note(
                     OpCode::SemTimeout,
                     flags::WAIT_PARKED | flags::WAIT_TIMED_OUT,
-                    started.elapsed().as_nanos() as u64,
+                    gauge(started.elapsed()),
                 );
                 return false;
             }
