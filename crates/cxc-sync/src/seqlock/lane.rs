@@ -193,15 +193,14 @@ mod tests {
         for second_writer in [false, true] {
             let lock = SeqLock::new([0u64; 6]).unwrap();
             let stop = AtomicBool::new(false);
+            let reads = std::sync::atomic::AtomicU64::new(0);
             std::thread::scope(|s| {
                 let reader = s.spawn(|| {
-                    let mut reads = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         let v = lock.read();
                         assert!(v.iter().all(|w| *w == v[0]), "torn read {v:?}");
-                        reads += 1;
+                        reads.fetch_add(1, Ordering::Relaxed);
                     }
-                    reads
                 });
                 let other = second_writer.then(|| {
                     s.spawn(|| {
@@ -210,18 +209,28 @@ mod tests {
                         }
                     })
                 });
-                for i in 0..100_000u64 {
+                // 100k writes, and on until the reader has read 1000 times while they
+                // go on (on a loaded 2-core machine it may not run at first), at most
+                // for 20 s.
+                let started = std::time::Instant::now();
+                let mut i = 0u64;
+                while i < 100_000
+                    || (reads.load(Ordering::Relaxed) < 1000
+                        && started.elapsed() < std::time::Duration::from_secs(20))
+                {
                     if i % 2 == 0 {
                         lock.update(|v| *v = [v[0] + 1; 6]).ok();
                     } else {
                         lock.write([i; 6]).unwrap();
                     }
+                    i += 1;
                 }
                 if let Some(o) = other {
                     o.join().unwrap();
                 }
                 stop.store(true, Ordering::Relaxed);
-                assert!(reader.join().unwrap() > 0);
+                reader.join().unwrap();
+                assert!(reads.load(Ordering::Relaxed) >= 1000, "the reader hardly ran");
             });
         }
     }
