@@ -88,6 +88,29 @@ impl RawRwLock<'_> {
         }
     }
 
+    /// Returns holder slot `d` to the table: the caller took it over from a dead process
+    /// (its owner word is now `mine`, a reclaiming word naming the caller). Drops the dead
+    /// process's read holds, evicts it if it writes, frees every buffer quarantined for a
+    /// writer of slot `d`, and only then frees the slot (owner word `mine` → 0). Returns
+    /// the evicted writer's token, if it was evicted here.
+    ///
+    /// The quarantines go first: while the caller owns the slot nobody else writes as
+    /// slot `d`, so every quarantine naming it is the dead process's (or an earlier
+    /// owner's, gone too); once the slot is free a newcomer may take it, and a reaper
+    /// that asked about slot `d` then would see a live owner and keep the buffer
+    /// quarantined until the newcomer dies (`loom_reclaim_frees_the_dead_writers_quarantine`).
+    pub(crate) fn reclaim_slot(&self, d: usize, mine: u64) -> Option<u64> {
+        let evicted = self.drop_dead_slot(d);
+        self.reap_quarantine(|s| s == d);
+        if let Some(slot) = self.slots.get(d) {
+            // SYNC: owner (Release; pairs with the AcqRel claim in `holder_slow`).
+            let _ = slot
+                .owner
+                .compare_exchange(mine, 0, Ordering::Release, Ordering::Relaxed);
+        }
+        evicted
+    }
+
     /// Drops every read hold of slot `d`, whose process died (the caller owns the slot
     /// exclusively: it took it over), and evicts it if it is the writer. Returns the
     /// evicted writer's token, if it was evicted here.

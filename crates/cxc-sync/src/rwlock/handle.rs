@@ -330,16 +330,15 @@ impl<T> SharedRwLock<T> {
             if !taken {
                 continue;
             }
-            if let Some(token) = raw.drop_dead_slot(d) {
+            if let Some(token) = raw.reclaim_slot(d, mine) {
                 self.note(OpCode::RwEvictDead, 0, token);
             }
-            // SYNC: owner (Release; pairs with the AcqRel claim in `holder_slow`).
-            let _ = slot
-                .owner
-                .compare_exchange(mine, 0, Ordering::Release, Ordering::Relaxed);
             raw.bump(ctr::RECLAIMED);
             n += 1;
         }
+        // Quarantines of writers whose slot was freed without them (another reclaimer
+        // that died between its eviction and its reap, or a file from before
+        // `reclaim_slot` reaped first).
         raw.reap_quarantine(|s| self.slot_dead(s));
         if n > 0 {
             self.note(OpCode::RwReclaim, 0, u64::from(n));

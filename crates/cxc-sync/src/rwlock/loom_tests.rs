@@ -313,3 +313,61 @@ fn loom_evicted_writer_never_published() {
         assert_eq!(m.raw(None).word().quarantine(), 0, "quarantine not freed");
     });
 }
+
+/// A writer of slot 0 evicted mid-write, then dead; a reclaimer returns its slot while a
+/// newcomer registers: whatever the interleaving, the dead writer's quarantined buffer
+/// is freed. (With the slot freed before the reap, a newcomer that took slot 0 in between
+/// made the reaper see a live owner of slot 0, and the buffer stayed quarantined until
+/// the newcomer died.)
+#[test]
+fn loom_reclaim_frees_the_dead_writers_quarantine() {
+    use crate::semaphore::word::{STATE_ACTIVE, STATE_RECLAIMING, owner_parts, owner_word};
+    loom::model(|| {
+        let m = Model::new(2);
+        let raw = m.raw(None);
+        // Slot 0 belongs to a process that claimed, began to fill, was evicted as stale
+        // and then died.
+        let dead = owner_word(STATE_ACTIVE, 100, 1);
+        m.slots[0].owner.store(dead, Ordering::SeqCst);
+        let stalled = raw.try_claim(0).unwrap();
+        raw.fill(stalled, &payload(7));
+        assert!(raw.evict(raw.word()));
+        assert_ne!(raw.word().quarantine(), 0);
+        let mine = owner_word(STATE_RECLAIMING, 200, 2);
+        let newcomer = owner_word(STATE_ACTIVE, 300, 3);
+        let reclaimer = spawn(&m, None, move |m1, raw| {
+            if m1.slots[0]
+                .owner
+                .compare_exchange(dead, mine, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                raw.reclaim_slot(0, mine);
+            }
+            // What `reclaim_dead` does after its loop: slots that are not active, or
+            // whose owner is the dead process, are dead.
+            raw.reap_quarantine(|s| {
+                let (state, pid, _) = owner_parts(m1.slots[s].owner.load(Ordering::Acquire));
+                state != STATE_ACTIVE || pid == 100
+            });
+        });
+        let registrant = spawn(&m, None, move |m2, _| {
+            for _ in 0..2 {
+                if m2.slots[0]
+                    .owner
+                    .compare_exchange(0, newcomer, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+                thread::yield_now();
+            }
+        });
+        reclaimer.join().unwrap();
+        registrant.join().unwrap();
+        assert_eq!(
+            m.raw(None).word().quarantine(),
+            0,
+            "the dead writer's buffer is still quarantined"
+        );
+    });
+}
