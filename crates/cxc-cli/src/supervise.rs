@@ -472,6 +472,12 @@ fn proc_group_has_live_member(pgid: u32) -> Option<bool> {
 /// while its other threads run; it is alive (and its environment is read through a live
 /// thread: the exited main thread has no memory left to read it from).
 pub(crate) fn live_members(pgid: u32) -> Option<Vec<(u32, u32)>> {
+    live_processes(&mut |pgrp| pgrp == pgid)
+}
+
+/// The live processes whose process group `in_group` accepts, from /proc (`None`: /proc
+/// unreadable), each with a live thread of it (see [`live_members`]).
+fn live_processes(in_group: &mut dyn FnMut(u32) -> bool) -> Option<Vec<(u32, u32)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
@@ -485,7 +491,7 @@ pub(crate) fn live_members(pgid: u32) -> Option<Vec<(u32, u32)>> {
         let Some((state, pgrp)) = stat_state_pgrp(&format!("/proc/{pid}/stat")) else {
             continue;
         };
-        if pgrp != pgid {
+        if !in_group(pgrp) {
             continue;
         }
         if state != 'Z' && state != 'X' {
@@ -533,20 +539,47 @@ pub(crate) fn group_carries_any(
     var: &str,
     accept: &mut dyn FnMut(&str) -> bool,
 ) -> bool {
-    let prefix = format!("{var}=");
     live_members(pgid)
         .unwrap_or_default()
         .into_iter()
-        .any(|(pid, tid)| {
-            std::fs::read(format!("/proc/{pid}/task/{tid}/environ")).is_ok_and(|env| {
-                env.split(|b| *b == 0).any(|e| {
-                    std::str::from_utf8(e)
-                        .ok()
-                        .and_then(|e| e.strip_prefix(&prefix))
-                        .is_some_and(&mut *accept)
+        .any(|(pid, tid)| environ_of(pid, tid).is_some_and(|env| env_has(&env, var, accept)))
+}
+
+/// The environment process `pid` was started with, read through its live thread `tid`
+/// (`None` if it cannot be read: another user's, or gone).
+fn environ_of(pid: u32, tid: u32) -> Option<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/task/{tid}/environ")).ok()
+}
+
+/// Whether the environment block `env` sets `var` to a value `accept` takes.
+fn env_has(env: &[u8], var: &str, accept: &mut dyn FnMut(&str) -> bool) -> bool {
+    let prefix = format!("{var}=");
+    env.split(|b| *b == 0).any(|e| {
+        std::str::from_utf8(e)
+            .ok()
+            .and_then(|e| e.strip_prefix(&prefix))
+            .is_some_and(&mut *accept)
+    })
+}
+
+/// The live keepers of runs nested in the run whose command was started with
+/// `var=value` (its [`held::MARK_VAR`] mark), in any process group, this process aside:
+/// a nested run's wrapper is that command or one of its descendants, and its keeper is
+/// started with the wrapper's environment plus [`KEEPER_ENV`], so it carries both.
+pub(crate) fn nested_keepers_of(var: &str, value: &str) -> Vec<u32> {
+    let me = std::process::id();
+    live_processes(&mut |_| true)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&(pid, tid)| {
+            pid != me
+                && environ_of(pid, tid).is_some_and(|env| {
+                    env_has(&env, KEEPER_ENV, &mut |_| true)
+                        && env_has(&env, var, &mut |v| v == value)
                 })
-            })
         })
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// SIGTERM to the group, SIGKILL after [`KILL_DELAY`]; returns once no live member is

@@ -564,6 +564,80 @@ fn a_run_nested_in_a_run_keeps_the_outer_claim_until_the_inner_command_ends() {
     );
 }
 
+/// The same nesting, taken over with `--kill-after` (docs/cli.md point 5): the outer
+/// run's keeper is SIGSTOPped, a waiting run sees its heartbeat stale, ends the recorded
+/// group (which holds only the nested `sem run` wrapper; it forwards the SIGTERM and
+/// waits for its keeper, and is SIGKILLed 2 s later) and must not start its command while
+/// the nested run's command still runs its 3 s cleanup. Before the fix the taker ran its
+/// command once the recorded group was gone, about 1 s before job 0 ended.
+#[test]
+fn a_takeover_from_a_stopped_nested_run_waits_for_the_inner_command() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, s, log) = (d.path().join("l"), d.path().join("s"), d.path().join("log"));
+    let lg = p(&log);
+    let cleanup = format!(
+        "trap 'trap \"\" TERM; sleep 3; echo cleaned 0 $(date +%s%N) >> {lg}; exit 0' TERM; \
+         sleep 30 & wait"
+    );
+    let s0 = job_script(d.path(), &log, 0, Detector::Exclusive, &cleanup);
+    let mut outer = Job::start(&[
+        "lease",
+        "run",
+        p(&l),
+        "--kill-after",
+        "300ms",
+        "--",
+        env!("CARGO_BIN_EXE_cxc"),
+        "sem",
+        "run",
+        p(&s),
+        "-j",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        &s0,
+    ]);
+    (0..2000)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(5));
+            started_pid(&log, 0)
+        })
+        .expect("job 0 never started");
+    std::thread::sleep(Duration::from_millis(200));
+    let keeper = outer.keeper();
+    rustix::process::kill_process(keeper, Signal::STOP).unwrap();
+    let s1 = job_script(d.path(), &log, 1, Detector::Exclusive, "true");
+    let mut next = Job::start(&[
+        "lease",
+        "run",
+        p(&l),
+        "--kill-after",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+        &s1,
+    ]);
+    let code = next.wait(Duration::from_secs(20));
+    rustix::process::kill_process(keeper, Signal::CONT).unwrap();
+    assert_eq!(code, Some(0), "the run that took the lease over");
+    assert_eq!(
+        outer.wait(Duration::from_secs(10)),
+        Some(75),
+        "the superseded run, resumed"
+    );
+    let beside_ms = logged(&log, "cleaned", 0, Duration::from_secs(5))
+        .zip(start_ns(&log, 1))
+        .map(|(cleaned, start1)| (cleaned as i128 - start1 as i128) / 1_000_000);
+    let bad = overlaps(&log);
+    assert!(
+        bad.is_empty(),
+        "job 1 started while job 0 (the command of a `sem run` nested in the stopped \
+         `lease run`) still ran: {bad:?}; job 0 ran on {beside_ms:?} ms after job 1 started"
+    );
+}
+
 /// docs/cli.md point 5: a run that takes the lease over "first terminates a recorded
 /// group that still has live members ... It renews its own claim meanwhile ... and
 /// starts its command only if the claim is still its own afterwards; otherwise it exits

@@ -15,8 +15,8 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use super::{
-    Ended, Parent, Signals, Waiting, group_alive, group_carries, spawn, supervise,
-    terminate_group_keeping,
+    Ended, Parent, Signals, Waiting, group_alive, group_carries, nested_keepers_of, spawn,
+    supervise, terminate_group_keeping,
 };
 use crate::{CliError, EXIT_LEASE_LOST};
 
@@ -75,6 +75,12 @@ impl Record {
 /// evicted, so nothing else will. `keep` renews the caller's claim while it waits for
 /// the group (up to [`super::KILL_DELAY`] and more); `false` if it reported the claim lost
 /// (then the caller must not run its command).
+///
+/// Then it waits, renewing the claim the same way, for the keepers of runs nested in that
+/// run (`cxc lease run A -- cxc sem run B -- job`): ending the recorded group ends only the
+/// nested run's wrapper, and its keeper, in a group of its own, ends its own command
+/// before it exits (up to [`super::KILL_DELAY`] and more). Each such keeper is sent
+/// SIGCONT once: a stopped one would never end its command.
 fn end_orphan(
     what: &str,
     file: &std::path::Path,
@@ -85,23 +91,60 @@ fn end_orphan(
     let Some(pgid) = prev.pgid.filter(|p| *p != own_group) else {
         return true;
     };
-    if !group_alive(pgid) {
-        return true;
+    let mark = run_mark(file, prev.runs);
+    if group_alive(pgid) {
+        let ours = mark
+            .as_deref()
+            .is_some_and(|m| group_carries(pgid, MARK_VAR, m));
+        if ours {
+            eprintln!(
+                "cxc: {what}: the previous exclusive command (process group {pgid}) outlived \
+                 its claim; terminating it before running"
+            );
+            if !terminate_group_keeping(pgid, keep) {
+                return false;
+            }
+        } else {
+            eprintln!(
+                "cxc: {what}: the payload names process group {pgid}, but none of its \
+                 processes is the previous run's command (the number was reused, or the \
+                 command cleared its environment); leaving it alone"
+            );
+        }
     }
-    let ours = run_mark(file, prev.runs).is_some_and(|m| group_carries(pgid, MARK_VAR, &m));
-    if !ours {
-        eprintln!(
-            "cxc: {what}: the payload names process group {pgid}, but none of its processes \
-             is the previous run's command (the number was reused, or the command cleared its \
-             environment); leaving it alone"
-        );
-        return true;
+    mark.is_none_or(|m| wait_nested_keepers_of(what, &m, keep))
+}
+
+/// Waits until no keeper of a run nested in the run marked `mark` is left (see
+/// [`end_orphan`]), calling `keep` every [`super::KEEP_EVERY`]; `false` as soon as
+/// `keep` does.
+fn wait_nested_keepers_of(what: &str, mark: &str, keep: &mut dyn FnMut() -> bool) -> bool {
+    let mut continued: Vec<u32> = Vec::new();
+    loop {
+        let live = nested_keepers_of(MARK_VAR, mark);
+        if live.is_empty() {
+            return true;
+        }
+        for pid in live {
+            if continued.contains(&pid) {
+                continue;
+            }
+            if continued.is_empty() {
+                eprintln!(
+                    "cxc: {what}: a run nested in the previous exclusive command is still \
+                     ending its own command; waiting for it before running"
+                );
+            }
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::CONT);
+            }
+            continued.push(pid);
+        }
+        if !keep() {
+            return false;
+        }
+        std::thread::sleep(super::KEEP_EVERY);
     }
-    eprintln!(
-        "cxc: {what}: the previous exclusive command (process group {pgid}) outlived its \
-         claim; terminating it before running"
-    );
-    terminate_group_keeping(pgid, keep)
 }
 
 /// A keeper: it waits for its claim, then runs its command on it.
