@@ -268,12 +268,19 @@ pub(crate) struct Machine {
 
 fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu_model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+    let field = |name: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let mut cpu_model = field("model name").unwrap_or_else(|| "unknown".into());
+    // The model name alone hides which generation a VM runs on ("AMD EPYC"), and the
+    // generation moves the ratios (notes, "The CPU decides the ratios").
+    if let (Some(family), Some(model)) = (field("cpu family"), field("model")) {
+        cpu_model.push_str(&format!(" (family {family}, model {model})"));
+    }
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| format!("Linux {}", s.trim()))
         .unwrap_or_else(|_| std::env::consts::OS.into());
