@@ -49,9 +49,10 @@ enum Death {
 
 impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// Blocks until the lease is claimed for `my_pid` or `timeout` passes. The waiter
-    /// spins briefly, then sleeps in the kernel (futex on the file) and is woken by a
-    /// release. While a death-watcher thread holds a pidfd of the holder (and wakes it
-    /// when the holder's process exits), or the holder is this process, it re-checks
+    /// spins briefly (not after a long wait of this handle: see docs/owner-lease.md,
+    /// "Whether to spin at all"), then sleeps in the kernel (futex on the file) and is
+    /// woken by a release. While a death-watcher thread holds a pidfd of the holder (and
+    /// wakes it when the holder's process exits), or the holder is this process, it re-checks
     /// every 25 ms, or when the holder's heartbeat goes stale by the clock if that is
     /// sooner; otherwise every 2 ms. So a crashed holder is replaced promptly, and a
     /// stale one at its grace.
