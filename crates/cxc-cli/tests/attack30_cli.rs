@@ -503,40 +503,10 @@ fn rwlock_run_chaos_never_runs_a_writer_beside_anyone() {
 /// The outer wrapper is SIGKILLed; a second `cxc lease run L` waits. The second job must
 /// not start while the first job (the command run on the first claim) still runs.
 #[test]
-
 fn a_run_nested_in_a_run_keeps_the_outer_claim_until_the_inner_command_ends() {
     let d = tempfile::tempdir().unwrap();
-    let (l, s, log) = (d.path().join("l"), d.path().join("s"), d.path().join("log"));
-    let lg = p(&log);
-    let cleanup = format!(
-        "trap 'trap \"\" TERM; sleep 3; echo cleaned 0 $(date +%s%N) >> {lg}; exit 0' TERM; \
-         sleep 30 & wait"
-    );
-    let s0 = job_script(d.path(), &log, 0, Detector::Exclusive, &cleanup);
-    let outer = Job::start(&[
-        "lease",
-        "run",
-        p(&l),
-        "--",
-        env!("CARGO_BIN_EXE_cxc"),
-        "sem",
-        "run",
-        p(&s),
-        "-j",
-        "1",
-        "--",
-        "sh",
-        "-c",
-        &s0,
-    ]);
-    let pid0 = (0..2000)
-        .find_map(|_| {
-            std::thread::sleep(Duration::from_millis(5));
-            started_pid(&log, 0)
-        })
-        .expect("job 0 never started");
-    // Let the job's `sleep 30` start (a TERM before it would end the job at once).
-    std::thread::sleep(Duration::from_millis(200));
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let (outer, pid0) = nested_run_with_slow_cleanup(d.path(), &[]);
     let s1 = job_script(d.path(), &log, 1, Detector::Exclusive, "true");
     let mut next = Job::start(&["lease", "run", p(&l), "--", "sh", "-c", &s1]);
     std::thread::sleep(Duration::from_millis(200));
@@ -564,28 +534,21 @@ fn a_run_nested_in_a_run_keeps_the_outer_claim_until_the_inner_command_ends() {
     );
 }
 
-/// The same nesting, taken over with `--kill-after` (docs/cli.md point 5): the outer
-/// run's keeper is SIGSTOPped, a waiting run sees its heartbeat stale, ends the recorded
-/// group (which holds only the nested `sem run` wrapper; it forwards the SIGTERM and
-/// waits for its keeper, and is SIGKILLed 2 s later) and must not start its command while
-/// the nested run's command still runs its 3 s cleanup. Before the fix the taker ran its
-/// command once the recorded group was gone, about 1 s before job 0 ended.
-#[test]
-fn a_takeover_from_a_stopped_nested_run_waits_for_the_inner_command() {
-    let d = tempfile::tempdir().unwrap();
-    let (l, s, log) = (d.path().join("l"), d.path().join("s"), d.path().join("log"));
+/// `cxc lease run DIR/l OPTS -- cxc sem run DIR/s -j 1 -- job 0` (logging to DIR/log),
+/// where job 0 answers SIGTERM with a 3 s cleanup (then logs `cleaned 0`); returns the
+/// outer wrapper and job 0's pid once job 0 has started its `sleep 30` (a TERM before it
+/// would end the job at once).
+fn nested_run_with_slow_cleanup(dir: &Path, lease_opts: &[&str]) -> (Job, u32) {
+    let (l, s, log) = (dir.join("l"), dir.join("s"), dir.join("log"));
     let lg = p(&log);
     let cleanup = format!(
         "trap 'trap \"\" TERM; sleep 3; echo cleaned 0 $(date +%s%N) >> {lg}; exit 0' TERM; \
          sleep 30 & wait"
     );
-    let s0 = job_script(d.path(), &log, 0, Detector::Exclusive, &cleanup);
-    let mut outer = Job::start(&[
-        "lease",
-        "run",
-        p(&l),
-        "--kill-after",
-        "300ms",
+    let s0 = job_script(dir, &log, 0, Detector::Exclusive, &cleanup);
+    let mut args = vec!["lease", "run", p(&l)];
+    args.extend_from_slice(lease_opts);
+    args.extend_from_slice(&[
         "--",
         env!("CARGO_BIN_EXE_cxc"),
         "sem",
@@ -598,13 +561,28 @@ fn a_takeover_from_a_stopped_nested_run_waits_for_the_inner_command() {
         "-c",
         &s0,
     ]);
-    (0..2000)
+    let outer = Job::start(&args);
+    let pid0 = (0..2000)
         .find_map(|_| {
             std::thread::sleep(Duration::from_millis(5));
             started_pid(&log, 0)
         })
         .expect("job 0 never started");
     std::thread::sleep(Duration::from_millis(200));
+    (outer, pid0)
+}
+
+/// The same nesting, taken over with `--kill-after` (docs/cli.md point 5): the outer
+/// run's keeper is SIGSTOPped, a waiting run sees its heartbeat stale, ends the recorded
+/// group (which holds only the nested `sem run` wrapper; it forwards the SIGTERM and
+/// waits for its keeper, and is SIGKILLed 2 s later) and must not start its command while
+/// the nested run's command still runs its 3 s cleanup. Before the fix the taker ran its
+/// command once the recorded group was gone, about 1 s before job 0 ended.
+#[test]
+fn a_takeover_from_a_stopped_nested_run_waits_for_the_inner_command() {
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let (mut outer, _) = nested_run_with_slow_cleanup(d.path(), &["--kill-after", "300ms"]);
     let keeper = outer.keeper();
     rustix::process::kill_process(keeper, Signal::STOP).unwrap();
     let s1 = job_script(d.path(), &log, 1, Detector::Exclusive, "true");
