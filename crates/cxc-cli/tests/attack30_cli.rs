@@ -517,10 +517,7 @@ fn a_run_nested_in_a_run_keeps_the_outer_claim_until_the_inner_command_ends() {
         Some(0),
         "the second run"
     );
-    // How long job 0 still ran after job 1 started (ms; negative: it had ended).
-    let beside_ms = logged(&log, "cleaned", 0, Duration::from_secs(5))
-        .zip(start_ns(&log, 1))
-        .map(|(cleaned, start1)| (cleaned as i128 - start1 as i128) / 1_000_000);
+    let beside_ms = cleanup_beside_ms(&log);
     println!(
         "job 0 (pid {pid0}) ran on {beside_ms:?} ms after job 1 started; job 1 done {:?} after \
          the outer wrapper was killed",
@@ -572,6 +569,14 @@ fn nested_run_with_slow_cleanup(dir: &Path, lease_opts: &[&str]) -> (Job, u32) {
     (outer, pid0)
 }
 
+/// How long job 0's cleanup still ran after job 1 started (ms; negative: it had ended),
+/// from the log of [`nested_run_with_slow_cleanup`].
+fn cleanup_beside_ms(log: &Path) -> Option<i128> {
+    logged(log, "cleaned", 0, Duration::from_secs(5))
+        .zip(start_ns(log, 1))
+        .map(|(cleaned, start1)| (cleaned as i128 - start1 as i128) / 1_000_000)
+}
+
 /// The same nesting, taken over with `--kill-after` (docs/cli.md point 5): the outer
 /// run's keeper is SIGSTOPped, a waiting run sees its heartbeat stale, ends the recorded
 /// group (which holds only the nested `sem run` wrapper; it forwards the SIGTERM and
@@ -605,9 +610,7 @@ fn a_takeover_from_a_stopped_nested_run_waits_for_the_inner_command() {
         Some(75),
         "the superseded run, resumed"
     );
-    let beside_ms = logged(&log, "cleaned", 0, Duration::from_secs(5))
-        .zip(start_ns(&log, 1))
-        .map(|(cleaned, start1)| (cleaned as i128 - start1 as i128) / 1_000_000);
+    let beside_ms = cleanup_beside_ms(&log);
     let bad = overlaps(&log);
     assert!(
         bad.is_empty(),
