@@ -51,6 +51,12 @@ forwarded to the group; if the wrapper dies, the group is terminated (SIGTERM, S
 
 /// Set in the keeper's environment to the wrapper's pid (removed from the command's).
 pub(crate) const KEEPER_ENV: &str = "CXC_KEEPER_OF";
+
+/// Set for the keeper besides [`KEEPER_ENV`]: the process group its wrapper was in. A
+/// takeover that ends a recorded command group waits for the keepers of runs nested in
+/// it by this (`held::end_orphan`); a nested run the command moved out of its group
+/// (setsid, setpgid) names another group and is not waited for.
+pub(crate) const KEEPER_GROUP_ENV: &str = "CXC_KEEPER_GROUP";
 /// Between SIGTERM and SIGKILL when a group is terminated.
 pub(crate) const KILL_DELAY: Duration = Duration::from_secs(2);
 /// How often a keeper ending an orphaned group renews its own claim meanwhile (well
@@ -165,6 +171,10 @@ pub(crate) fn wrap() -> Result<u8, CliError> {
     let mut keeper = Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env(KEEPER_ENV, std::process::id().to_string())
+        .env(
+            KEEPER_GROUP_ENV,
+            rustix::process::getpgrp().as_raw_pid().to_string(),
+        )
         .process_group(0)
         .spawn()
         .map_err(|e| CliError::usage(format!("cannot start the keeper process: {e}")))?;
@@ -247,6 +257,7 @@ pub(crate) fn spawn(cmd: &[OsString], env: &[(&str, OsString)]) -> Result<Runnin
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .env_remove(KEEPER_ENV)
+            .env_remove(KEEPER_GROUP_ENV)
             .process_group(0)
             .spawn()
     };
@@ -374,33 +385,52 @@ pub(crate) fn supervise(
 /// before it exits: our claim must last until then, as flock's lock lasts while the inner
 /// command holds its descriptor. So this waits, renewing the claim with `beat` every
 /// [`KEEP_EVERY`], while any child of ours is a keeper (its environment names
-/// [`KEEPER_ENV`]); `false` if the claim was lost meanwhile. A process the command moved
-/// out of its group itself (setsid) is no keeper: it is not waited for (docs/cli.md).
+/// [`KEEPER_ENV`]), sending each SIGCONT once (a stopped keeper would never end its
+/// command); `false` if the claim was lost meanwhile. A process the command moved out of
+/// its group itself (setsid) is no keeper: it is not waited for (docs/cli.md).
 fn wait_nested_keepers(beat: &mut dyn FnMut() -> bool) -> bool {
-    while nested_keeper_alive() {
+    let mut continued = Vec::new();
+    loop {
+        let live = nested_keeper_children();
+        if live.is_empty() {
+            return true;
+        }
+        continue_once(&live, &mut continued);
         if !beat() {
             return false;
         }
         std::thread::sleep(KEEP_EVERY);
     }
-    true
 }
 
-/// Whether a live child of this process is a keeper of a nested run (see
+/// Sends SIGCONT to each of `pids` not in `done`, and adds it there.
+pub(crate) fn continue_once(pids: &[u32], done: &mut Vec<u32>) {
+    for &pid in pids {
+        if done.contains(&pid) {
+            continue;
+        }
+        if let Some(p) = pid_of(pid) {
+            let _ = rustix::process::kill_process(p, Signal::CONT);
+        }
+        done.push(pid);
+    }
+}
+
+/// The live children of this process that are keepers of nested runs (see
 /// [`wait_nested_keepers`]).
-fn nested_keeper_alive() -> bool {
+fn nested_keeper_children() -> Vec<u32> {
     reap_zombies();
     // No child at all (how a run usually ends): nothing to look for in /proc.
     if let Err(Errno::CHILD) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {
-        return false;
+        return Vec::new();
     }
-    let marker = format!("{KEEPER_ENV}=");
-    children().into_iter().any(|pid| {
-        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-            env.split(|b| *b == 0)
-                .any(|e| e.starts_with(marker.as_bytes()))
+    children()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env_has(&env, KEEPER_ENV, &mut |_| true))
         })
-    })
+        .collect()
 }
 
 /// The live children of this process: from `/proc/self/task/*/children` where the kernel
@@ -562,19 +592,23 @@ fn env_has(env: &[u8], var: &str, accept: &mut dyn FnMut(&str) -> bool) -> bool 
     })
 }
 
-/// The live keepers of runs nested in the run whose command was started with
-/// `var=value` (its [`held::MARK_VAR`] mark), in any process group, this process aside:
-/// a nested run's wrapper is that command or one of its descendants, and its keeper is
-/// started with the wrapper's environment plus [`KEEPER_ENV`], so it carries both.
-pub(crate) fn nested_keepers_of(var: &str, value: &str) -> Vec<u32> {
+/// The live keepers of runs nested in process group `pgid`, the group of a command that
+/// was started with `var=value` (its [`held::MARK_VAR`] mark), this process aside: a
+/// nested run's wrapper is that command or one of its descendants in its group, and its
+/// keeper is started with the wrapper's environment plus [`KEEPER_ENV`] and
+/// [`KEEPER_GROUP_ENV`] (the wrapper's group), so it carries all three. A nested run the
+/// command moved out of its group names another group and is left out.
+pub(crate) fn nested_keepers_of(pgid: u32, var: &str, value: &str) -> Vec<u32> {
     let me = std::process::id();
+    let group = pgid.to_string();
     live_processes(&mut |_| true)
         .unwrap_or_default()
         .into_iter()
         .filter(|&(pid, tid)| {
             pid != me
                 && environ_of(pid, tid).is_some_and(|env| {
-                    env_has(&env, KEEPER_ENV, &mut |_| true)
+                    env_has(&env, KEEPER_GROUP_ENV, &mut |g| g == group)
+                        && env_has(&env, KEEPER_ENV, &mut |_| true)
                         && env_has(&env, var, &mut |v| v == value)
                 })
         })

@@ -15,8 +15,8 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use super::{
-    Ended, Parent, Signals, Waiting, group_alive, group_carries, nested_keepers_of, spawn,
-    supervise, terminate_group_keeping,
+    Ended, Parent, Signals, Waiting, continue_once, group_alive, group_carries, nested_keepers_of,
+    spawn, supervise, terminate_group_keeping,
 };
 use crate::{CliError, EXIT_LEASE_LOST};
 
@@ -112,34 +112,31 @@ fn end_orphan(
             );
         }
     }
-    mark.is_none_or(|m| wait_nested_keepers_of(what, &m, keep))
+    mark.is_none_or(|m| wait_nested_keepers_of(what, pgid, &m, keep))
 }
 
-/// Waits until no keeper of a run nested in the run marked `mark` is left (see
-/// [`end_orphan`]), calling `keep` every [`super::KEEP_EVERY`]; `false` as soon as
-/// `keep` does.
-fn wait_nested_keepers_of(what: &str, mark: &str, keep: &mut dyn FnMut() -> bool) -> bool {
+/// Waits until no keeper of a run nested in group `pgid`, the command of the run marked
+/// `mark`, is left (see [`end_orphan`]), calling `keep` every [`super::KEEP_EVERY`];
+/// `false` as soon as `keep` does.
+fn wait_nested_keepers_of(
+    what: &str,
+    pgid: u32,
+    mark: &str,
+    keep: &mut dyn FnMut() -> bool,
+) -> bool {
     let mut continued: Vec<u32> = Vec::new();
     loop {
-        let live = nested_keepers_of(MARK_VAR, mark);
+        let live = nested_keepers_of(pgid, MARK_VAR, mark);
         if live.is_empty() {
             return true;
         }
-        for pid in live {
-            if continued.contains(&pid) {
-                continue;
-            }
-            if continued.is_empty() {
-                eprintln!(
-                    "cxc: {what}: a run nested in the previous exclusive command is still \
-                     ending its own command; waiting for it before running"
-                );
-            }
-            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::CONT);
-            }
-            continued.push(pid);
+        if continued.is_empty() {
+            eprintln!(
+                "cxc: {what}: a run nested in the previous exclusive command is still ending \
+                 its own command; waiting for it before running"
+            );
         }
+        continue_once(&live, &mut continued);
         if !keep() {
             return false;
         }
@@ -157,6 +154,24 @@ pub(crate) struct Keeper<'a> {
 }
 
 impl Keeper<'_> {
+    /// Whether the run must stop before its command starts, while it ends a previous
+    /// run's command: a signal the wrapper forwarded (exit 128 + the signal) or the
+    /// wrapper gone (exit 2), as while it waits for the claim. Nothing is run then; the
+    /// claim's record still names the previous group, so the next run ends it.
+    fn interruption(&self) -> Option<CliError> {
+        if let Some(sig) = self.signals.take().first() {
+            return Some(CliError {
+                code: (128 + sig.as_raw()).clamp(0, 255) as u8,
+                msg: "interrupted while the previous command was ended; nothing was run".into(),
+            });
+        }
+        self.parent.is_gone().then(|| {
+            CliError::usage(
+                "the wrapper is gone (while the previous command was ended); nothing was run",
+            )
+        })
+    }
+
     /// Takes the claim as the waiting options say (see [`Waiting::acquire`]).
     pub(crate) fn acquire<T>(
         &self,
@@ -220,7 +235,14 @@ impl Keeper<'_> {
     ) -> Result<u8, CliError> {
         if let Some(p) = payload {
             // A shared hold does not expire: nothing to renew while the group ends.
-            end_orphan(what, file, Record::decode(p), &mut || true);
+            let mut stop = None;
+            end_orphan(what, file, Record::decode(p), &mut || {
+                stop = self.interruption();
+                stop.is_none()
+            });
+            if let Some(e) = stop {
+                return Err(e);
+            }
         }
         let running = spawn(&self.waiting.argv(), env)?;
         // Shared holds do not expire: nothing to renew.
@@ -249,7 +271,15 @@ impl Keeper<'_> {
         // Ending an orphan can take longer than the claim's grace: renew meanwhile, and
         // run nothing unless the claim is still ours afterwards (a waiter that took it as
         // stale runs its own command).
-        if !end_orphan(what, file, prev, &mut || hold.renew()) || !hold.renew() {
+        let mut stop = None;
+        let ended = end_orphan(what, file, prev, &mut || {
+            stop = self.interruption();
+            stop.is_none() && hold.renew()
+        });
+        if let Some(e) = stop {
+            return Err(e);
+        }
+        if !ended || !hold.renew() {
             return Err(CliError {
                 code: EXIT_LEASE_LOST,
                 msg: format!(
