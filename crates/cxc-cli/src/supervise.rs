@@ -36,11 +36,14 @@ pub(crate) use waiting::Waiting;
 /// The exit codes of `lease run` and `sem run`, as `--help` shows them.
 pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
-  N        the command's own exit code (128+S if it died of signal S)
+  N        the command's own exit code (128+S if it died of signal S, or if signal S
+           came while the run waited or ended a previous command: nothing was run)
   1        conflict (-n found the claim taken) or timeout (-w ran out); -E N changes it
-  2        usage error, or the file is missing, foreign or unusable
-  75       lease lost while the command ran (--kill-after takeover by another run);
-           the command's process group was terminated
+  2        usage error, or the file is missing, foreign or unusable; or the wrapper
+           died before the command started
+  75       lease lost (--kill-after takeover by another run): while the command ran (its
+           process group was terminated), or before it started (nothing was run); or the
+           wrapper died while the command ran (its group was terminated)
   126      the command was found but could not be run
   127      the command was not found
 
@@ -353,7 +356,11 @@ pub(crate) fn supervise(
             }
         }
         if ready[1 - off] {
-            terminate_group(run.pgid);
+            // Renewing the claim meanwhile (the group may take longer than its grace to
+            // end); if it is lost, whoever took it ends the group (held.rs, end_orphan).
+            if !terminate_group_keeping(run.pgid, beat) {
+                return Ended::Lost;
+            }
             let _ = run.child.wait();
             return if wait_nested_keepers(beat) {
                 Ended::WrapperDied
@@ -386,8 +393,10 @@ pub(crate) fn supervise(
 /// command holds its descriptor. So this waits, renewing the claim with `beat` every
 /// [`KEEP_EVERY`], while any child of ours is a keeper (its environment names
 /// [`KEEPER_ENV`]), sending each SIGCONT once (a stopped keeper would never end its
-/// command); `false` if the claim was lost meanwhile. A process the command moved out of
-/// its group itself (setsid) is no keeper: it is not waited for (docs/cli.md).
+/// command); `false` if the claim was lost meanwhile. A nested run the command moved out
+/// of its group itself (setsid) is not ended with the group, so its keeper stays its own
+/// wrapper's child and is not waited for here (it is only if that wrapper died and the
+/// keeper became ours).
 fn wait_nested_keepers(beat: &mut dyn FnMut() -> bool) -> bool {
     let mut continued = Vec::new();
     loop {

@@ -111,8 +111,6 @@ pub(crate) fn sleep(
     crate::futex::wait(word, announced, timeout);
 }
 
-/// A reference to the loom model futex (an empty type outside loom, so signatures do not
-/// change between builds).
 /// How long a blocked caller spins before it sleeps in the kernel, unless the file's
 /// shared strategy says otherwise: about what waking a sleeper on another CPU costs on the
 /// machines we measured (25–70 µs), so a release within that time hands over with no sleep
@@ -171,10 +169,11 @@ pub(crate) fn spin_for<T>(
 /// its CPU wakes it (cross-process, AMD EPYC VM, 2026-12-06, `cxc-xbench wake`: a raw
 /// `FUTEX_WAIT` waiter woke in 9.0 µs median, the same waiter after a 30 µs spin in
 /// 20.2 µs). So the gauge keeps a moving average of the handle's recent waits (each
-/// counted as at most four budgets) and a wait spins only while that average is at most
-/// two budgets: after about three long waits in a row the handle stops spinning, and a
-/// few short waits (a wait that sleeps still ends within tens of microseconds when the
-/// lock is released at once) bring the spin back.
+/// counted as at most four budgets, the average halved towards each new wait) and a wait
+/// spins only while that average is under two budgets: one long wait (four budgets or
+/// more) stops the spinning, and waits well under two budgets bring it back (one after a
+/// single long wait, two or three each under about 40 µs after many; a wait that slept
+/// still ends within tens of microseconds when the lock is released at once).
 #[derive(Debug, Default)]
 pub(crate) struct SpinGauge {
     /// Moving average of recent waits, in nanoseconds (at most four budgets).
@@ -218,6 +217,8 @@ impl SpinGauge {
     }
 }
 
+/// A reference to the loom model futex (an empty type outside loom, so signatures do not
+/// change between builds).
 #[cfg(cxc_loom)]
 pub(crate) struct ModelFutexRef<'a>(pub(crate) &'a ModelFutex);
 /// A reference to the loom model futex (an empty type outside loom, so signatures do not

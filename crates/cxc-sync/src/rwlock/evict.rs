@@ -96,9 +96,9 @@ impl RawRwLock<'_> {
     ///
     /// The quarantines go first: while the caller owns the slot nobody else writes as
     /// slot `d`, so every quarantine naming it is the dead process's (or an earlier
-    /// owner's, gone too); once the slot is free a newcomer may take it, and a reaper
-    /// that asked about slot `d` then would see a live owner and keep the buffer
-    /// quarantined until the newcomer dies (`loom_reclaim_frees_the_dead_writers_quarantine`).
+    /// owner's, gone too). Left to the reap after `reclaim_dead`'s loop, which judges a
+    /// slot by its owner word, they would stay quarantined until the newcomer that took
+    /// the freed slot meanwhile dies (`loom_reclaim_frees_the_dead_writers_quarantine`).
     pub(crate) fn reclaim_slot(&self, d: usize, mine: u64) -> Option<u64> {
         let evicted = self.drop_dead_slot(d);
         self.reap_quarantine(|s| s == d);

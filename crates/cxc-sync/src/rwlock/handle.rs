@@ -275,7 +275,7 @@ impl<T> SharedRwLock<T> {
             let claim_free = || {
                 slots.iter().position(|s| {
                     s.owner.load(Ordering::Relaxed) == 0
-                        // SYNC: owner (AcqRel; pairs with the Release in `reclaim_dead`).
+                        // SYNC: owner (AcqRel; pairs with the Release in `reclaim_slot`).
                         && s.owner
                             .compare_exchange(0, owner, Ordering::AcqRel, Ordering::Relaxed)
                             .is_ok()

@@ -82,7 +82,8 @@ impl SharedSemaphore {
         if let Some(p) = self.try_acquire() {
             return p;
         }
-        // Spins on the first round only: a later round is the same wait going on.
+        // Without a deadline `acquire_slow` returns only with a permit; were it ever to
+        // return without one, the same wait goes on, without spinning again.
         let mut spin = true;
         while !self.acquire_slow(None, spin) {
             spin = false;
