@@ -22,7 +22,7 @@ use cxc_testkit::Rng;
 use rustix::process::{Pid, Signal};
 
 mod common;
-use common::{Job, cxc, logged, p, read_log};
+use common::{Job, alive, cxc, logged, p, read_log};
 
 /// How a job checks that it runs alone (or with at most N others).
 #[derive(Clone, Copy)]
@@ -146,19 +146,6 @@ fn keeper_now(w: u32) -> Option<Pid> {
         .parse()
         .ok()
         .and_then(Pid::from_raw)
-}
-
-/// Whether process `pid` is alive (exists and is not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.split_whitespace()
-                .next()
-                .map(|st| st != "Z" && st != "X")
-        })
-        .unwrap_or(false)
 }
 
 fn wait_for(what: &str, t: Duration, mut cond: impl FnMut() -> bool) {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal};
 
 mod common;
-use common::{Job, cxc, logged, p, read_log};
+use common::{Job, alive, cxc, logged, p, read_log};
 
 const CXC: &str = env!("CARGO_BIN_EXE_cxc");
 /// Set on every process a test starts (inherited by all their descendants), so that the
@@ -232,19 +232,6 @@ fn keepers(outer: &Job, levels: usize) -> Vec<Pid> {
         }
     }
     all
-}
-
-/// Whether process `pid` is alive (exists and is not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.split_whitespace()
-                .next()
-                .map(|st| st != "Z" && st != "X")
-        })
-        .unwrap_or(false)
 }
 
 fn signal(pid: Pid, sig: Signal) {

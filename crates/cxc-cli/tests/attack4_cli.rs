@@ -9,20 +9,7 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 mod common;
-use common::{Job, cxc, p};
-
-/// Whether process `pid` is alive (exists and is not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 1..];
-            rest.split_whitespace()
-                .next()
-                .map(|st| st != "Z" && st != "X")
-        })
-        .unwrap_or(false)
-}
+use common::{Job, alive, cxc, p};
 
 fn wait_for(what: &str, t: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + t;

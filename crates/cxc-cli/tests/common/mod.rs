@@ -104,3 +104,16 @@ pub(crate) fn read_log(log: &Path) -> Vec<(String, usize, u128)> {
         })
         .collect()
 }
+
+/// Whether process `pid` is alive (exists and is not a zombie).
+pub(crate) fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace()
+                .next()
+                .map(|st| st != "Z" && st != "X")
+        })
+        .unwrap_or(false)
+}
