@@ -121,6 +121,44 @@ fn reclaim_dead_returns_exactly_the_dead_childs_permits() {
     assert_eq!(sem.available(), 6);
 }
 
+/// A timeout shorter than the 20 ms reclaim period (zero included) still returns a dead
+/// holder's permits before giving up: `acquire_timeout` is never weaker than a
+/// `reclaim_dead` + `try_acquire`. Before the fix, every timeout below 20 ms timed out
+/// with the dead holder's permits still counted as held.
+#[test]
+fn short_timeouts_take_a_dead_holders_permit() {
+    if role().is_some() {
+        return hold_and_wait();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sem");
+    let sem = SharedSemaphore::create(&path, 4, 4).unwrap();
+    for timeout_ms in [0u64, 1, 5, 15] {
+        let mut child = spawn(
+            "short_timeouts_take_a_dead_holders_permit",
+            "hold",
+            &path,
+            None,
+            4,
+        );
+        wait_for_line(&mut child, "READY");
+        assert_eq!(sem.available(), 0);
+        assert!(sem.try_acquire().is_none());
+        child.kill();
+        let p = sem.acquire_timeout(Duration::from_millis(timeout_ms));
+        assert!(
+            p.is_some(),
+            "acquire_timeout({timeout_ms} ms) timed out with a dead holder's permits"
+        );
+        drop(p);
+        assert_eq!(
+            sem.available(),
+            4,
+            "the dead holder's other permits came back too"
+        );
+    }
+}
+
 /// Words of the control file (`ctl`): permits in use, their peak, cycles done.
 const IN_USE: usize = 0;
 const PEAK: usize = 1;

@@ -91,7 +91,9 @@ impl SharedSemaphore {
         Permit { sem: self, proc: current_proc() }
     }
 
-    /// Takes a permit, blocking at most `timeout`; `None` if none became available.
+    /// Takes a permit, blocking at most `timeout`; `None` if none became available. Dead
+    /// holders' permits are returned every 20 ms while it waits, and once before it
+    /// gives up (also with a zero timeout, when no permit is free).
     pub fn acquire_timeout(&self, timeout: Duration) -> Option<Permit<'_>> {
         self.acquire_timeout_spinning(timeout, true)
     }
@@ -183,6 +185,10 @@ impl SharedSemaphore {
             return true;
         }
         let mut next_reclaim = Instant::now() + RECLAIM_EVERY;
+        // Whether this wait has looked for dead holders: a wait shorter than
+        // `RECLAIM_EVERY` looks once before it gives up, so that a dead holder's permit
+        // is never refused to a short timeout (`try_acquire` leaves that to the caller).
+        let mut reclaimed = false;
         loop {
             let seen = raw.announce_sleeper();
             if raw.recheck() > 0 && raw.try_acquire(holder) {
@@ -196,6 +202,15 @@ impl SharedSemaphore {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
+                if !reclaimed {
+                    reclaimed = true;
+                    if holder.is_none() {
+                        holder = self.holder();
+                    }
+                    if self.reclaim_noted(true) > 0 {
+                        continue;
+                    }
+                }
                 raw.bump(ctr::TIMEOUTS, 1);
                 raw.pass_on();
                 self.note(
@@ -207,6 +222,7 @@ impl SharedSemaphore {
             }
             if now >= next_reclaim {
                 next_reclaim = now + RECLAIM_EVERY;
+                reclaimed = true;
                 if holder.is_none() {
                     holder = self.holder();
                 }
