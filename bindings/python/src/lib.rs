@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use cxc::election::{IDENTITY_MAX, LeaderRecord, MmapElectionError};
 use cxc::{
     ElectionConfig, ElectionError, Elector, FailoverWatchdog, GuardError, HeartbeatError,
-    HeartbeatTable, Leadership, LeaseError, MmapElection, MmfError, OwnedLeaseGuard, OwnerLease,
-    SemaphoreError, SemaphoreOptions, SharedSemaphore,
+    HeartbeatTable, Leadership, LeaseError, MmapElection, MmfError, OwnedLeaseGuard,
+    OwnedRegistration, OwnerLease, SemaphoreError, SemaphoreOptions, SharedSemaphore,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -82,6 +82,7 @@ fn file_error(e: &MmfError, fallback: &std::path::Path) -> PyErr {
 fn lease_error(e: LeaseError, path: &std::path::Path) -> PyErr {
     match e {
         LeaseError::File(f) => file_error(&f, path),
+        LeaseError::InvalidOption(_) => PyValueError::new_err(e.to_string()),
         other => error("Error", other.to_string()),
     }
 }
@@ -133,15 +134,23 @@ fn duration(secs: Option<f64>) -> PyResult<Option<Duration>> {
     .transpose()
 }
 
-/// A `grace` (a lease duration) in seconds: negative and NaN values raise `ValueError`
-/// (clamped to 0 they would let any process supersede a live holder at once).
+/// A `grace` (a lease duration) in seconds: zero, negative and NaN values raise
+/// `ValueError` (a zero grace would let any process supersede a live holder within a
+/// millisecond of its last beat), and so do values too large for the clock.
 fn grace_duration(secs: f64) -> PyResult<Duration> {
-    if secs.is_nan() || secs < 0.0 {
+    if secs.is_nan() || secs <= 0.0 {
         return Err(PyValueError::new_err(format!(
-            "invalid grace: {secs} (seconds, at least 0)"
+            "invalid grace: {secs} (seconds, more than 0)"
         )));
     }
-    Ok(duration(Some(secs))?.unwrap_or_default())
+    let grace = duration(Some(secs))?.unwrap_or_default();
+    // Kept in whole milliseconds (the lease clock's tick) as 63-bit counts.
+    if grace.as_millis() >= u128::from(u64::MAX >> 1) {
+        return Err(PyValueError::new_err(format!(
+            "invalid grace: {secs} (too long)"
+        )));
+    }
+    Ok(grace)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -777,14 +786,14 @@ impl HeartbeatTableHandle {
     #[pyo3(signature = (pid = None))]
     fn join(&self, pid: Option<u32>) -> PyResult<Registration> {
         let pid = pid.unwrap_or_else(std::process::id);
-        let slot = self
+        let reg = self
             .inner
-            .register(pid)
+            .clone()
+            .join_owned_as(pid)
             .map_err(|e| hb_error(e, &self.path))?;
         Ok(Registration {
-            table: self.inner.clone(),
-            slot,
-            done: AtomicBool::new(false),
+            slot: reg.slot(),
+            reg: Mutex::new(Some(reg)),
         })
     }
 
@@ -805,30 +814,39 @@ impl HeartbeatTableHandle {
     }
 }
 
-/// A worker's slot in a heartbeat table.
+/// A worker's slot in a heartbeat table: acts only for the registration it made (a
+/// later registration of the same slot, even by this process, is never touched).
 #[pyclass(module = "cxc._cxc", frozen)]
 #[derive(Debug)]
 struct Registration {
-    table: Arc<HeartbeatTable>,
     slot: usize,
-    done: AtomicBool,
+    /// `None` once released.
+    reg: Mutex<Option<OwnedRegistration>>,
 }
 
 impl Registration {
-    fn check(&self, ok: bool) -> PyResult<()> {
-        if self.done.load(Ordering::SeqCst) {
+    /// Runs `f` on the registration; `cxc.Error` once released, `LostError` when `f`
+    /// says the registration was fenced (or its slot reused).
+    fn act(
+        &self,
+        f: impl FnOnce(&OwnedRegistration) -> Result<(), HeartbeatError>,
+    ) -> PyResult<()> {
+        let reg = lock(&self.reg);
+        let Some(r) = reg.as_ref() else {
             return Err(released("registration"));
-        }
-        if ok {
-            Ok(())
-        } else {
-            Err(error(
+        };
+        match f(r) {
+            Ok(()) => Ok(()),
+            Err(HeartbeatError::BitOutOfRange { .. }) => {
+                Err(PyValueError::new_err("bit must be in 0..64"))
+            }
+            Err(_) => Err(error(
                 "LostError",
                 format!(
-                    "slot {} was fenced: a watchdog reclaimed its work",
+                    "slot {} was fenced: a watchdog reclaimed its work (register again)",
                     self.slot
                 ),
-            ))
+            )),
         }
     }
 }
@@ -843,37 +861,34 @@ impl Registration {
 
     /// Refreshes the heartbeat; `LostError` if a watchdog fenced this worker.
     fn beat(&self) -> PyResult<()> {
-        self.check(!self.done.load(Ordering::SeqCst) && self.table.beat(self.slot))
+        self.act(|r| r.beat())
     }
 
     /// Marks work unit `bit` (0..64) in flight.
     fn mark(&self, bit: u8) -> PyResult<()> {
-        if bit >= 64 {
-            return Err(PyValueError::new_err("bit must be in 0..64"));
-        }
-        self.check(!self.done.load(Ordering::SeqCst) && self.table.mark_in_flight(self.slot, bit))
+        self.act(|r| r.mark_in_flight(bit))
     }
 
     /// Clears work unit `bit` (0..64).
     fn clear(&self, bit: u8) -> PyResult<()> {
-        if bit >= 64 {
-            return Err(PyValueError::new_err("bit must be in 0..64"));
-        }
-        self.check(!self.done.load(Ordering::SeqCst) && self.table.clear_in_flight(self.slot, bit))
+        self.act(|r| r.clear_in_flight(bit))
     }
 
-    /// The in-flight bitmap.
+    /// The in-flight bitmap of this registration; 0 once it was fenced, its slot
+    /// reused, or released.
     #[getter]
     fn in_flight(&self) -> u64 {
-        self.table
-            .snapshot(self.slot)
-            .map_or(0, |s| s.in_flight_bitmap)
+        lock(&self.reg)
+            .as_ref()
+            .and_then(OwnedRegistration::in_flight)
+            .unwrap_or(0)
     }
 
     /// Unregisters; a second call does nothing.
     fn release(&self) {
-        if !self.done.swap(true, Ordering::SeqCst) {
-            self.table.unregister(self.slot);
+        let taken = lock(&self.reg).take();
+        if let Some(r) = taken {
+            let _ = r.unregister();
         }
     }
 
@@ -889,14 +904,6 @@ impl Registration {
     ) -> bool {
         self.release();
         false
-    }
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if !self.done.swap(true, Ordering::SeqCst) {
-            self.table.unregister(self.slot);
-        }
     }
 }
 

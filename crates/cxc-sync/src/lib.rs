@@ -64,7 +64,7 @@ pub use heartbeat::HeartbeatTableSnapshot;
 #[cfg(not(cxc_loom))]
 pub use heartbeat::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HeartbeatOptions,
-    HeartbeatTable, InFlightBits, ReclaimReport, Registration,
+    HeartbeatTable, InFlightBits, OwnedRegistration, ReclaimReport, Registration,
 };
 pub use heartbeat::{
     HEARTBEAT_MAX_CAPACITY, HeartbeatError, HeartbeatSnapshot, HeartbeatStats, heartbeat_counter,

@@ -683,3 +683,69 @@ fn a_forked_child_cannot_act_for_its_parents_registration() {
     assert_eq!(t.snapshot(s).unwrap().in_flight_bitmap, 1 << 1);
     assert!(t.beat(s), "the parent still owns its registration");
 }
+
+/// Fences the registration in `slot` (the watchdog declares it dead: it must have work in
+/// flight) and takes its bits.
+fn fence(table: &HeartbeatTable, slot: usize) {
+    let dog = FailoverWatchdog::with_grace(table, 1);
+    for _ in 0..10 {
+        table.tick_global_epoch();
+        if dog.scan().dead_slots.iter().any(|(s, _)| *s == slot) {
+            let _ = dog.reclaim(slot);
+            return;
+        }
+    }
+    panic!("slot {slot} was never declared dead");
+}
+
+/// An owned registration (and a borrowed one) acts only for the registration it made:
+/// once fenced, it never beats, marks or unregisters a later registration of its slot by
+/// the same process, which is what a worker told "stop and register again" makes. (The
+/// Python binding acted through the slot before it used `OwnedRegistration`: a fenced
+/// worker's old registration, collected, unregistered its new one.)
+#[test]
+fn a_fenced_owned_registration_never_acts_for_a_later_one_in_its_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = Arc::new(HeartbeatTable::create(dir.path().join("w.hb"), 1).unwrap());
+    let old = table.clone().join_owned().unwrap();
+    let slot = old.slot();
+    old.mark_in_flight(2).unwrap();
+    fence(&table, slot);
+    let new = table.clone().join_owned().unwrap();
+    assert_eq!(new.slot(), slot, "one slot: the fenced one is reused");
+    new.mark_in_flight(7).unwrap();
+    // The old guard acts for nothing now.
+    assert!(matches!(old.beat(), Err(HeartbeatError::Fenced { .. })));
+    assert!(matches!(
+        old.mark_in_flight(5),
+        Err(HeartbeatError::Fenced { .. })
+    ));
+    assert!(matches!(
+        old.clear_in_flight(7),
+        Err(HeartbeatError::Fenced { .. })
+    ));
+    assert_eq!(old.in_flight(), None);
+    assert!(!old.unregister(), "unregistered a later registration");
+    // The new registration is intact and works from another thread.
+    let snap = table.snapshot(slot).unwrap();
+    assert_eq!(snap.pid, std::process::id());
+    assert_eq!(snap.in_flight_bitmap, 1 << 7);
+    let new = std::thread::spawn(move || {
+        new.beat().unwrap();
+        new.clear_in_flight(7).unwrap();
+        assert_eq!(new.in_flight(), Some(0));
+        new.mark_in_flight(1).unwrap();
+        new
+    })
+    .join()
+    .unwrap();
+    // A borrowed registration behaves the same.
+    fence(&table, slot);
+    let newer = table.join().unwrap();
+    assert!(matches!(new.beat(), Err(HeartbeatError::Fenced { .. })));
+    drop(new);
+    newer.beat().unwrap();
+    assert_eq!(table.snapshot(slot).unwrap().pid, std::process::id());
+    drop(newer);
+    assert_eq!(table.snapshot(slot).unwrap().pid, 0, "unregistered on drop");
+}

@@ -121,7 +121,8 @@ pub use cxc_sync::{
 pub use cxc_sync::{
     DEFAULT_GRACE_EPOCHS, DEFAULT_OS_CHECK_INTERVAL, FailoverWatchdog, HEARTBEAT_MAX_CAPACITY,
     HeartbeatError, HeartbeatOptions, HeartbeatSnapshot, HeartbeatStats, HeartbeatTable,
-    HeartbeatTableSnapshot, InFlightBits, ReclaimReport, Registration, heartbeat_counter,
+    HeartbeatTableSnapshot, InFlightBits, OwnedRegistration, ReclaimReport, Registration,
+    heartbeat_counter,
 };
 pub use cxc_sync::{
     EpochMode, GuardError, LeaseBuilder, LeaseClaim, LeaseError, LeaseGuard, LeaseOptions,

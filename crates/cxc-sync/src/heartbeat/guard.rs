@@ -1,4 +1,7 @@
-//! [`Registration`]: a heartbeat-table slot that unregisters when dropped.
+//! [`Registration`] and [`OwnedRegistration`]: a heartbeat-table slot that unregisters
+//! when dropped.
+
+use std::sync::Arc;
 
 use super::error::HeartbeatError;
 use super::table::HeartbeatTable;
@@ -27,6 +30,42 @@ use super::table::HeartbeatTable;
 #[must_use = "dropping the registration unregisters the worker at once"]
 pub struct Registration<'a> {
     table: &'a HeartbeatTable,
+    reg: Made,
+}
+
+/// A [`Registration`] that owns (an `Arc` of) its table, for a caller that cannot keep a
+/// borrow (a registration stored in a struct, moved to a thread, or held by a binding):
+/// made by [`HeartbeatTable::join_owned`] or [`join_owned_as`](HeartbeatTable::join_owned_as).
+/// It acts only for the registration it made, like a `Registration`, and unregisters it
+/// when dropped.
+///
+/// # Examples
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// use std::sync::Arc;
+/// use cxc_sync::HeartbeatTable;
+/// let table = Arc::new(HeartbeatTable::create(dir.path().join("w.hb"), 8)?);
+/// let me = table.clone().join_owned()?;
+/// std::thread::spawn(move || {
+///     me.mark_in_flight(1)?;
+///     me.beat()?;
+///     me.clear_in_flight(1)
+/// })
+/// .join()
+/// .unwrap()?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping the registration unregisters the worker at once"]
+pub struct OwnedRegistration {
+    table: Arc<HeartbeatTable>,
+    reg: Made,
+}
+
+/// What a registration guard knows of the registration it made.
+#[derive(Debug, Clone, Copy)]
+struct Made {
     slot: usize,
     /// The owner word of the registration it made (its slot may later hold another
     /// registration, also of this process: the guard never acts for that one).
@@ -51,9 +90,30 @@ impl HeartbeatTable {
     /// # Errors
     /// As [`register`](Self::register).
     pub fn join_as(&self, pid: u32) -> Result<Registration<'_>, HeartbeatError> {
+        let reg = self.made(pid)?;
+        Ok(Registration { table: self, reg })
+    }
+
+    /// As [`join`](Self::join), returning a guard that owns the `Arc` of the table.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub fn join_owned(self: Arc<Self>) -> Result<OwnedRegistration, HeartbeatError> {
+        self.join_owned_as(std::process::id())
+    }
+
+    /// As [`join_as`](Self::join_as), returning a guard that owns the `Arc` of the table.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub fn join_owned_as(self: Arc<Self>, pid: u32) -> Result<OwnedRegistration, HeartbeatError> {
+        let reg = self.made(pid)?;
+        Ok(OwnedRegistration { table: self, reg })
+    }
+
+    fn made(&self, pid: u32) -> Result<Made, HeartbeatError> {
         let slot = self.register(pid)?;
-        Ok(Registration {
-            table: self,
+        Ok(Made {
             slot,
             owner: self.registered_owner(slot),
             proc: crate::liveness::current_proc(),
@@ -61,48 +121,7 @@ impl HeartbeatTable {
     }
 }
 
-impl Registration<'_> {
-    /// The slot index (for the seed's slot calls and for watchdog reports).
-    pub fn slot(&self) -> usize {
-        self.slot
-    }
-
-    /// Refreshes the heartbeat.
-    ///
-    /// # Errors
-    /// [`HeartbeatError::Fenced`] if a watchdog declared this worker dead (its in-flight
-    /// work was reclaimed): stop and register again.
-    pub fn beat(&self) -> Result<(), HeartbeatError> {
-        self.fenced_unless(self.table.beat_owned(self.slot, self.owner()))
-    }
-
-    /// Marks work unit `bit` (0..64) in flight.
-    ///
-    /// # Errors
-    /// As [`beat`](Self::beat); [`HeartbeatError::BitOutOfRange`] for `bit >= 64`.
-    pub fn mark_in_flight(&self, bit: u8) -> Result<(), HeartbeatError> {
-        if bit >= 64 {
-            return Err(HeartbeatError::BitOutOfRange { bit });
-        }
-        self.fenced_unless(self.table.update_owned(self.slot, bit, true, self.owner()))
-    }
-
-    /// Clears work unit `bit` (done).
-    ///
-    /// # Errors
-    /// As [`mark_in_flight`](Self::mark_in_flight).
-    pub fn clear_in_flight(&self, bit: u8) -> Result<(), HeartbeatError> {
-        if bit >= 64 {
-            return Err(HeartbeatError::BitOutOfRange { bit });
-        }
-        self.fenced_unless(self.table.update_owned(self.slot, bit, false, self.owner()))
-    }
-
-    /// The in-flight bitmap of this registration; `None` once it was fenced or reused.
-    pub fn in_flight(&self) -> Option<u64> {
-        self.table.in_flight_owned(self.slot, self.owner())
-    }
-
+impl Made {
     /// The registration this guard acts for: its own, in the process that made it (0,
     /// nothing, in a forked child).
     fn owner(&self) -> u64 {
@@ -120,11 +139,99 @@ impl Registration<'_> {
             Err(HeartbeatError::Fenced { slot: self.slot })
         }
     }
+
+    fn beat(&self, table: &HeartbeatTable) -> Result<(), HeartbeatError> {
+        self.fenced_unless(table.beat_owned(self.slot, self.owner()))
+    }
+
+    fn update(&self, table: &HeartbeatTable, bit: u8, set: bool) -> Result<(), HeartbeatError> {
+        if bit >= 64 {
+            return Err(HeartbeatError::BitOutOfRange { bit });
+        }
+        self.fenced_unless(table.update_owned(self.slot, bit, set, self.owner()))
+    }
+
+    fn in_flight(&self, table: &HeartbeatTable) -> Option<u64> {
+        table.in_flight_owned(self.slot, self.owner())
+    }
+
+    fn unregister(&self, table: &HeartbeatTable) -> bool {
+        table.unregister_owned(self.slot, self.owner())
+    }
+}
+
+/// The methods of both guards (same text, same behaviour).
+macro_rules! registration_methods {
+    () => {
+        /// The slot index (for the seed's slot calls and for watchdog reports).
+        pub fn slot(&self) -> usize {
+            self.reg.slot
+        }
+
+        /// Refreshes the heartbeat.
+        ///
+        /// # Errors
+        /// [`HeartbeatError::Fenced`] if a watchdog declared this worker dead (its
+        /// in-flight work was reclaimed), or the registration is no longer in its slot:
+        /// stop and register again.
+        pub fn beat(&self) -> Result<(), HeartbeatError> {
+            self.reg.beat(&self.table)
+        }
+
+        /// Marks work unit `bit` (0..64) in flight.
+        ///
+        /// # Errors
+        /// As [`beat`](Self::beat); [`HeartbeatError::BitOutOfRange`] for `bit >= 64`.
+        pub fn mark_in_flight(&self, bit: u8) -> Result<(), HeartbeatError> {
+            self.reg.update(&self.table, bit, true)
+        }
+
+        /// Clears work unit `bit` (done).
+        ///
+        /// # Errors
+        /// As [`mark_in_flight`](Self::mark_in_flight).
+        pub fn clear_in_flight(&self, bit: u8) -> Result<(), HeartbeatError> {
+            self.reg.update(&self.table, bit, false)
+        }
+
+        /// The in-flight bitmap of this registration; `None` once it was fenced or reused.
+        pub fn in_flight(&self) -> Option<u64> {
+            self.reg.in_flight(&self.table)
+        }
+    };
+}
+
+impl Registration<'_> {
+    registration_methods!();
+}
+
+impl OwnedRegistration {
+    registration_methods!();
+
+    /// The table.
+    pub fn table(&self) -> &Arc<HeartbeatTable> {
+        &self.table
+    }
+
+    /// Unregisters now (as dropping does); `false` if the registration was no longer in
+    /// its slot (fenced and reused, or in a forked child's copy).
+    pub fn unregister(mut self) -> bool {
+        let ok = self.reg.unregister(&self.table);
+        // Owner word 0 acts for nothing: the drop that follows changes nothing.
+        self.reg.owner = 0;
+        ok
+    }
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let _ = self.table.unregister_owned(self.slot, self.owner());
+        let _ = self.reg.unregister(self.table);
+    }
+}
+
+impl Drop for OwnedRegistration {
+    fn drop(&mut self) {
+        let _ = self.reg.unregister(&self.table);
     }
 }
 
@@ -132,7 +239,16 @@ impl std::fmt::Debug for Registration<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registration")
             .field("table", &self.table.path())
-            .field("slot", &self.slot)
+            .field("slot", &self.reg.slot)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for OwnedRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedRegistration")
+            .field("table", &self.table.path())
+            .field("slot", &self.reg.slot)
             .finish()
     }
 }

@@ -34,7 +34,7 @@ pub use layout::MAX_CAPACITY as HEARTBEAT_MAX_CAPACITY;
 pub use layout::counter as heartbeat_counter;
 pub use slot::HeartbeatSnapshot;
 crate::macros::not_loom! {
-    pub use guard::Registration;
+    pub use guard::{OwnedRegistration, Registration};
     pub use snapshot::HeartbeatTableSnapshot;
     pub use table::{HeartbeatOptions, HeartbeatTable};
     pub use watchdog::{
