@@ -258,13 +258,15 @@ impl<B: ElectionBackend> Leadership<B> {
         }
     }
 
-    /// Whether the term is known lost (no backend request).
+    /// Whether the term is known lost (no backend request): also in a forked child, whose
+    /// copy of the term never led.
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.load(Ordering::Acquire) || self.core().expired()
+        self.shared.lost.load(Ordering::Acquire) || self.core().expired() || self.forked()
     }
 
     /// Blocks until the term is lost (`true`: superseded, or its local deadline passed
-    /// without renewal) or `timeout` passes (`false`).
+    /// without renewal; at once in a forked child, whose copy never led) or `timeout`
+    /// passes (`false`).
     ///
     /// # Errors
     /// [`ElectionError::Backend`].
@@ -272,7 +274,7 @@ impl<B: ElectionBackend> Leadership<B> {
         let start = Instant::now();
         let core = self.core();
         loop {
-            if self.shared.lost.load(Ordering::Acquire) {
+            if self.shared.lost.load(Ordering::Acquire) || self.forked() {
                 return Ok(true);
             }
             let deadline_in = self
@@ -319,7 +321,10 @@ impl<B: ElectionBackend> Leadership<B> {
 
     fn resign_term(&self) -> Result<(), ElectionError> {
         let core = self.core();
-        let was_lost = self.shared.lost.load(Ordering::Acquire);
+        // A term whose local deadline passed without renewal is over, as `renew` says,
+        // even if nobody took it over yet: it is still resigned below (a standby then
+        // leads at once), and reported `Lost`.
+        let was_lost = self.shared.lost.load(Ordering::Acquire) || core.expired();
         if self.forked() {
             // A forked child's copy never leads (the term belongs to the parent's
             // process): nothing to resign.
