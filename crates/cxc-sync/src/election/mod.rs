@@ -14,7 +14,8 @@
 //! use it only when the work cannot get stuck, or is fenced anyway.
 //!
 //! Events (`StartedLeading`, `StoppedLeading`, `NewLeader`) arrive on channels from
-//! [`Elector::events`]. See `docs/leader-election.md`.
+//! [`Elector::events`], sent when a call of the elector finds them out (no thread watches
+//! otherwise). See `docs/leader-election.md`.
 
 mod fenced;
 mod leadership;
@@ -176,7 +177,11 @@ pub enum ElectionEvent {
         /// The term's fencing token.
         token: u64,
     },
-    /// This elector's term `token` ended (lost, expired, stepped down or dropped).
+    /// This elector's term `token` ended (lost, expired, stepped down or dropped): sent
+    /// when a call finds it over (`renew`, `is_current`, `wait_lost`, `step_down`,
+    /// `resign`, the drop, or the background renewer). A term that ends while none of
+    /// these runs is reported only at the next one: keep a thread in
+    /// [`Leadership::wait_lost`] to be told at the local deadline.
     StoppedLeading {
         /// The ended term's token.
         token: u64,
