@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command (the README's): installs the system packages the etcd
-# backend's tests need (scripts/install-deps.sh: the etcd server and protoc, on Debian),
-# then runs every test: the workspace, and crates/cxc-etcd (its own workspace).
-# `cargo test --workspace --all-features` alone runs everything but the etcd backend (the
-# async tests need the `async` feature) and needs only Rust.
+# The project's test command (the README's): installs the system packages the tests
+# need (scripts/install-deps.sh: the etcd server, protoc and python3-venv, on Debian),
+# then runs every test: the workspace, crates/cxc-etcd (its own workspace), and the
+# Python bindings (a venv under the target dir, maturin/filelock/pytest from PyPI, the
+# wheel, pytest). `cargo test --workspace --all-features` alone runs everything but the
+# etcd backend and the Python bindings (the async tests need the `async` feature) and
+# needs only Rust.
 # Usage: scripts/test.sh [extra cargo test arguments]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -1203,11 +1203,11 @@ impl AsyncWaiter {
     /// `cxc.Timeout` if it is still pending.
     fn expire(&self, py: Python<'_>, what: &str, timeout: f64) -> PyResult<()> {
         self.finish();
-        if let Some(result) = self.result_future(py) {
-            if !result.call_method0(py, "done")?.is_truthy(py)? {
-                let t = duration(Some(timeout))?.unwrap_or_default();
-                result.call_method1(py, "set_exception", (timeout_error(what, t),))?;
-            }
+        if let Some(result) = self.result_future(py)
+            && !result.call_method0(py, "done")?.is_truthy(py)?
+        {
+            let t = duration(Some(timeout))?.unwrap_or_default();
+            result.call_method1(py, "set_exception", (timeout_error(what, t),))?;
         }
         Ok(())
     }

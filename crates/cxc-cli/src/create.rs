@@ -87,7 +87,7 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 fn parse_hex(s: &str) -> Result<cxc_cli::CellBytes, String> {
     let mut out = [0u8; cxc_cli::CELL_BYTES];
     let digits = s.strip_prefix("0x").unwrap_or(s).as_bytes();
-    if digits.len() % 2 != 0 || digits.len() / 2 > out.len() {
+    if !digits.len().is_multiple_of(2) || digits.len() / 2 > out.len() {
         return Err(format!(
             "`{s}`: expected an even number of hex digits, at most {} bytes",
             out.len()

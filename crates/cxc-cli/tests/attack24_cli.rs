@@ -107,7 +107,7 @@ fn role_ring_producer() {
         let ts = mono_ns();
         let flags = (i & 0xFFFF) as u16;
         ring.record_with(pid, ts, OP.code(), flags, check_of(pid, ts, flags));
-        if i % 256 == 0 {
+        if i.is_multiple_of(256) {
             drop(sem.acquire_timeout(Duration::from_micros(50)));
         }
         i += 1;

@@ -147,7 +147,7 @@ pub(crate) fn spin_for<T>(
 ) -> Option<T> {
     let mut round = 0u32;
     // The clock is read every 4 attempts.
-    while round % 4 != 0 || started.elapsed() < budget {
+    while !round.is_multiple_of(4) || started.elapsed() < budget {
         for _ in 0..1u32 << round.min(4) {
             std::hint::spin_loop();
         }

@@ -801,10 +801,11 @@ fn hb_chaos_workers_and_watchdogs_stopped_and_killed_every_unit_accounted_once()
                 );
                 let bits = w.reclaim(slot);
                 if bits != 0 {
-                    if let Some(after) = t.snapshot(slot) {
-                        if after.generation == snap.generation && !after.fenced {
-                            l[L_LIVE_RECLAIM].fetch_add(1, Ordering::SeqCst);
-                        }
+                    if let Some(after) = t.snapshot(slot)
+                        && after.generation == snap.generation
+                        && !after.fenced
+                    {
+                        l[L_LIVE_RECLAIM].fetch_add(1, Ordering::SeqCst);
                     }
                     record_reclaim(l, slot, snap.generation, bits);
                 }
@@ -1205,7 +1206,7 @@ fn hb_clear_dead_bitmap_and_sweep_idle_racing_late_marks_and_clears_account_ever
             "the worker never registered again"
         );
         let g = snap.unwrap().generation;
-        let sweep = round % 2 == 0;
+        let sweep = round.is_multiple_of(2);
         let mut erased = 0u64;
         let mut reported = 0u64;
         let fenced_it = if sweep {

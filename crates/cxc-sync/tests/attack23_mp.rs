@@ -498,7 +498,7 @@ fn lease_forked_child_of_a_multithreaded_process_never_hangs_in_try_acquire() {
                     // cache and looks its slot up under the registration lock.
                     n = n.wrapping_add(1);
                     let _ = h.am_i_owner(1_000_000 + n % 64);
-                    if n % 4096 == 0 {
+                    if n.is_multiple_of(4096) {
                         // And now and then a handle's first claim and its drop.
                         let g = OwnerLease::<u64>::open(&path).unwrap();
                         let _ = g.try_acquire(me(), BIG) && g.release(me());

@@ -96,7 +96,7 @@ fn link(deadline: Instant, links: Arc<AtomicU64>) {
         report(format!("done links={n}"));
         return;
     }
-    if n % 5000 == 0 {
+    if n.is_multiple_of(5000) {
         report(format!("links={n}"));
     }
     std::thread::Builder::new()

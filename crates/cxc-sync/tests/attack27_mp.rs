@@ -199,7 +199,7 @@ fn role_reader() {
     while !(done.exists() && max.get(&PARENT_TAG) == Some(&4)) && t.elapsed() < PATIENCE {
         for _ in 0..64 {
             i += 1;
-            let from_inspect = i % 97 == 0;
+            let from_inspect = i.is_multiple_of(97);
             let w = if from_inspect {
                 inspected += 1;
                 inspect(&path).expect("inspect").payload_words

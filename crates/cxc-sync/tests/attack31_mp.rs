@@ -710,7 +710,7 @@ async fn async_waiter(c: &'static Chaos, lease: Arc<OwnerLease<P6>>, seed: u64, 
         } else {
             Duration::from_millis(rng.range(1, 80))
         };
-        let entered = if t % 2 == 0 {
+        let entered = if t.is_multiple_of(2) {
             match tokio::time::timeout(limit, lease.lock_async()).await {
                 Ok(g) => {
                     async_section(c, &mut rng, &g, g.lost()).await;

@@ -853,7 +853,7 @@ fn role_chaos() {
             drop(g);
             reads += 1;
         }
-        if n % 64 == 0 {
+        if n.is_multiple_of(64) {
             log_line(
                 &log,
                 &format!("P kind={kind} reads={reads} writes={writes}"),

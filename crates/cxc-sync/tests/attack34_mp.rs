@@ -1055,7 +1055,8 @@ fn a_stuck_leader_is_told_stopped_leading_once_a_standby_leads() {
     let _s = serial();
     let lease = Duration::from_millis(200);
     let mut outcome = Vec::new();
-    for with_wait_lost in [true] {
+    {
+        let with_wait_lost = true;
         let d = tempfile::tempdir().unwrap();
         drop(MmapElection::create_or_open(d.path().join("e"), lease).unwrap());
         let mut leader = RoleCommand::new(STUCK, "leader")

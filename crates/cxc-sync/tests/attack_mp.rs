@@ -247,7 +247,7 @@ fn semaphore_garbage_from_another_process_never_panics_or_hangs() {
             }
             op(2);
             if let Some(p) = sem.acquire_timeout(Duration::from_millis(1)) {
-                if i % 7 == 0 {
+                if i.is_multiple_of(7) {
                     op(8);
                     p.disown();
                 } else {
@@ -342,8 +342,8 @@ fn heartbeat_garbage_from_another_process_never_panics_or_hangs() {
             op(5);
             let r = w.scan();
             for (s, _) in &r.dead_slots {
-                op(if i % 2 == 0 { 6 } else { 7 });
-                if i % 2 == 0 {
+                op(if i.is_multiple_of(2) { 6 } else { 7 });
+                if i.is_multiple_of(2) {
                     let _ = w.reclaim(*s);
                 } else {
                     let _ = w.clear_dead_bitmap(*s);

@@ -19,7 +19,7 @@ fn writer_role() {
     let mut i = 0u64;
     loop {
         i += 1;
-        if i % 8 == 0 {
+        if i.is_multiple_of(8) {
             // An update may be superseded (stopped past the others' stall timeout) or
             // conflict with a store: its result is then not published.
             match cell.update(|v| *v = sealed(id << 40 | i)) {

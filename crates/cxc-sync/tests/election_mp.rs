@@ -41,11 +41,11 @@ fn candidate() {
         report(format!("event=leading token={token} t={}", mono_ns()));
         let started = Instant::now();
         for seq in 0u64.. {
-            if let Some((after, hold)) = stall {
-                if started.elapsed() >= after {
-                    std::thread::sleep(hold);
-                    stall = None;
-                }
+            if let Some((after, hold)) = stall
+                && started.elapsed() >= after
+            {
+                std::thread::sleep(hold);
+                stall = None;
             }
             let line = format!("{token} {id} {seq}\n");
             if !res.append(token, line.as_bytes()).expect("append") {

@@ -6,13 +6,16 @@ use std::time::{Duration, Instant};
 
 use cxc_sync::{
     FailoverWatchdog, HeartbeatError, HeartbeatTable, LeaseBuilder, LeaseGuard, ManyPermits,
-    OwnedLeaseGuard, OwnedPermit, OwnerLease, Permit, Registration, SharedSemaphore,
+    OwnedLeaseGuard, OwnedPermit, OwnedRegistration, OwnerLease, Permit, Registration,
+    SharedSemaphore,
 };
 
 const fn send<T: Send>() {}
 const fn sync<T: Sync>() {}
-// Handles are shared between threads; guards move between threads but are used by one
-// at a time (`LeaseGuard` is not `Sync`: its single writer publishes in one step).
+// Handles are shared between threads. The lease guards move between threads but are
+// used by one at a time: they are not `Sync` (their single writer publishes in one step;
+// the `compile_fail` doc tests on `LeaseGuard` and `OwnedLeaseGuard` check it). The
+// semaphore's and the heartbeat table's guards are `Send + Sync` (`docs/api.md`).
 const _: () = {
     send::<OwnerLease<u64>>();
     sync::<OwnerLease<u64>>();
@@ -27,8 +30,11 @@ const _: () = {
     send::<OwnedPermit>();
     sync::<OwnedPermit>();
     send::<ManyPermits<'static>>();
+    sync::<ManyPermits<'static>>();
     send::<Registration<'static>>();
     sync::<Registration<'static>>();
+    send::<OwnedRegistration>();
+    sync::<OwnedRegistration>();
     send::<LeaseBuilder>();
 };
 

@@ -125,7 +125,7 @@ fn role_beater() {
     loop {
         i += 1;
         // Both beat flavours; a refused beat means the lease was lost while alive.
-        let ok = if i % 2 == 0 {
+        let ok = if i.is_multiple_of(2) {
             lease.beat_claimed(&claim)
         } else {
             lease.beat(fake)
@@ -510,7 +510,7 @@ fn role_writer() {
     let mut i = 0u64;
     loop {
         i += 1;
-        if i % 512 == 0 {
+        if i.is_multiple_of(512) {
             assert!(lease.release_claim(&claim));
             cur = lease
                 .with_lease(me, WRITER_GRACE, |p| {
@@ -524,7 +524,7 @@ fn role_writer() {
                 })
                 .expect("with_lease on a vacant lease");
             claim = lease.try_claim(me, WRITER_GRACE).expect("lease is vacant");
-        } else if i % 64 == 0 {
+        } else if i.is_multiple_of(64) {
             cur = lease
                 .with_lease(me, WRITER_GRACE, step)
                 .expect("with_lease on a held lease");

@@ -314,7 +314,7 @@ fn role_sigwriter() {
                 }
             };
         }
-        if k % 512 == 0 && (stop.exists() || Instant::now() > deadline) {
+        if k.is_multiple_of(512) && (stop.exists() || Instant::now() > deadline) {
             break;
         }
     }

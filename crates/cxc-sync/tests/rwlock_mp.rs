@@ -298,11 +298,18 @@ fn chaos_kill_and_stop_never_breaks_exclusion() {
     let run = Duration::from_secs(6);
     let until = now_ns() + run.as_nanos() as u64;
     let spawn = |i: usize| {
-        RoleCommand::new(test, if i % 2 == 0 { "reader" } else { "writer" })
-            .arg("path", &path)
-            .arg("log", &log)
-            .arg("until", until.to_string())
-            .spawn()
+        RoleCommand::new(
+            test,
+            if i.is_multiple_of(2) {
+                "reader"
+            } else {
+                "writer"
+            },
+        )
+        .arg("path", &path)
+        .arg("log", &log)
+        .arg("until", until.to_string())
+        .spawn()
     };
     let mut kids: Vec<Proc> = (0..6).map(spawn).collect();
     let (mut kills, mut stops) = (0, 0);

@@ -232,7 +232,7 @@ fn churn_forever() {
     loop {
         let p = sem.acquire();
         i += 1;
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             // Sometimes hold two.
             let q = sem.try_acquire();
             drop(q);

@@ -1,13 +1,14 @@
 //! `SeqLock<T>` and `SharedCell<T>` in one process: round trips, files, threads hammering
 //! (checksummed payloads never torn), a stalled `update` superseded and never published,
-//! a `write` that never waits for a stalled `update`, a panicking `update`.
+//! a `write` that never waits for a stalled `update`, a panicking `update` (which releases
+//! the update claim).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cxc_sync::{Abandoned, SeqLock, SeqLockError, SharedCell, WriteError};
+use cxc_sync::{Abandoned, SeqLock, SeqLockError, SharedCell, WriteError, Written};
 use cxc_testkit::{intact, sealed};
 
 #[test]
@@ -207,6 +208,53 @@ fn panicking_update_publishes_nothing_and_releases() {
     assert_eq!(lock.write(6).unwrap().abandoned, None);
     assert!(t.elapsed() < Duration::from_millis(5));
     assert_eq!(lock.read(), 6);
+}
+
+/// A panic in an `update`'s closure releases the update claim (`docs/seqlock.md`, API): a
+/// following `update`, here from another thread, takes it at once and publishes. With a
+/// 10 s stall timeout, a claim left held would make it wait 10 s and report
+/// `Abandoned::Stalled`.
+#[test]
+fn panicking_update_releases_the_update_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lock = SeqLock::new(5u32).unwrap();
+    lock.set_stall_timeout(Duration::from_secs(10));
+    panic_then_update(|f| lock.update(f), || lock.read());
+    let mut cell = SharedCell::create(dir.path().join("p.cell"), 5u32).unwrap();
+    cell.set_stall_timeout(Duration::from_secs(10));
+    panic_then_update(|f| cell.update(f), || cell.load());
+    let counters: std::collections::HashMap<_, _> = cell.counters().into_iter().collect();
+    assert_eq!(counters["claim_stalled_writer"], 0);
+    assert_eq!(counters["claim_dead_writer"], 0);
+}
+
+/// An `update` (of a value 5) whose closure panics, then an `update` from another thread
+/// that must take the claim at once and publish 6.
+fn panic_then_update(
+    update: impl Fn(&dyn Fn(&mut u32)) -> Result<Written, WriteError> + Sync,
+    read: impl Fn() -> u32,
+) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        update(&|v| {
+            *v = 9;
+            panic!("boom");
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(read(), 5, "the panicking update published");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let t = Instant::now();
+            let w = update(&|v| *v += 1).unwrap();
+            let took = t.elapsed();
+            assert!(
+                took < Duration::from_secs(1),
+                "the next update waited {took:?}"
+            );
+            assert_eq!(w.abandoned, None, "the update claim was left held");
+        });
+    });
+    assert_eq!(read(), 6);
 }
 
 #[test]

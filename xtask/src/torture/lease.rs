@@ -726,24 +726,24 @@ pub(crate) fn final_check(ctx: &Ctx, deaths: u64) -> Result<Report, String> {
                 );
             }
             report.final_seq = p[0];
-            if let Some((&max_seq, _)) = by_seq.last_key_value() {
-                if p[0] < max_seq {
-                    ctx.violate(
-                        "L2 fencing",
-                        format_args!("final seq {} is below logged seq {max_seq}", p[0]),
-                    );
-                }
+            if let Some((&max_seq, _)) = by_seq.last_key_value()
+                && p[0] < max_seq
+            {
+                ctx.violate(
+                    "L2 fencing",
+                    format_args!("final seq {} is below logged seq {max_seq}", p[0]),
+                );
             }
-            if let Some(&(g, _, _)) = by_seq.get(&p[0]) {
-                if g != p[1] {
-                    ctx.violate(
-                        "L2 fencing",
-                        format_args!(
-                            "final payload seq {} written by claim {}, log says claim {g}",
-                            p[0], p[1]
-                        ),
-                    );
-                }
+            if let Some(&(g, _, _)) = by_seq.get(&p[0])
+                && g != p[1]
+            {
+                ctx.violate(
+                    "L2 fencing",
+                    format_args!(
+                        "final payload seq {} written by claim {}, log says claim {g}",
+                        p[0], p[1]
+                    ),
+                );
             }
             let restored = payload(p[0], c.generation(), me, p[1], 0);
             if !lease.write_claimed(&c, restored) || !lease.release_claim(&c) {

@@ -107,7 +107,7 @@ fn state_slots(procs: usize) -> usize {
 
 /// Whether worker `id` is a reader process (the others are writers that also read).
 pub(crate) fn is_reader(id: usize) -> bool {
-    id % 2 == 0
+    id.is_multiple_of(2)
 }
 
 /// Creates the lock (holder table of 64, grace 50 ms) and the stats file.

@@ -214,34 +214,34 @@ impl Supervisor {
         let kill = self.rng.percent(KILL_PERCENT);
         let mut holder = false;
         let mut in_write = false;
-        if let Some(m) = lease.filter(|_| self.procs[victim].role == Role::Lease) {
-            if self.rng.percent(50) {
-                // Half of these wait (briefly) for a holder in the middle of a write.
-                let writing = self.rng.percent(50);
-                let found = m.holder(writing, Duration::from_millis(20));
-                if let Some((pid, w)) = found {
-                    if let Some(&h) = running.iter().find(|&&i| {
-                        self.procs[i].role == Role::Lease && self.procs[i].pid() == Some(pid)
-                    }) {
-                        victim = h;
-                        holder = true;
-                        in_write = w;
-                    }
-                }
+        if let Some(m) = lease.filter(|_| self.procs[victim].role == Role::Lease)
+            && self.rng.percent(50)
+        {
+            // Half of these wait (briefly) for a holder in the middle of a write.
+            let writing = self.rng.percent(50);
+            let found = m.holder(writing, Duration::from_millis(20));
+            if let Some((pid, w)) = found
+                && let Some(&h) = running.iter().find(|&&i| {
+                    self.procs[i].role == Role::Lease && self.procs[i].pid() == Some(pid)
+                })
+            {
+                victim = h;
+                holder = true;
+                in_write = w;
             }
         }
-        if let Some(m) = rw.filter(|_| self.procs[victim].role == Role::Rwlock) {
-            if self.rng.percent(50) {
-                let writing = self.rng.percent(50);
-                if let Some(pid) = m.holder(writing) {
-                    if let Some(&h) = running.iter().find(|&&i| {
-                        self.procs[i].role == Role::Rwlock && self.procs[i].pid() == Some(pid)
-                    }) {
-                        victim = h;
-                        holder = true;
-                        in_write = writing;
-                    }
-                }
+        if let Some(m) = rw.filter(|_| self.procs[victim].role == Role::Rwlock)
+            && self.rng.percent(50)
+        {
+            let writing = self.rng.percent(50);
+            if let Some(pid) = m.holder(writing)
+                && let Some(&h) = running.iter().find(|&&i| {
+                    self.procs[i].role == Role::Rwlock && self.procs[i].pid() == Some(pid)
+                })
+            {
+                victim = h;
+                holder = true;
+                in_write = writing;
             }
         }
         let restart = Duration::from_millis(self.rng.range(RESTART_MS.0, RESTART_MS.1));
@@ -285,13 +285,14 @@ impl Supervisor {
     fn ident_churn(&mut self, now: Instant, pause: Duration) {
         let mut stopped = 0;
         for p in &mut self.procs {
-            if p.role == Role::Lease && p.state == State::Running {
-                if let Some(c) = &p.child {
-                    Self::signal(c, Signal::STOP);
-                    p.state = State::Paused(now + pause);
-                    stopped += 1;
-                    self.modes.entry(p.mode).or_default().pauses += 1;
-                }
+            if p.role == Role::Lease
+                && p.state == State::Running
+                && let Some(c) = &p.child
+            {
+                Self::signal(c, Signal::STOP);
+                p.state = State::Paused(now + pause);
+                stopped += 1;
+                self.modes.entry(p.mode).or_default().pauses += 1;
             }
         }
         let c = self.chaos.entry(Role::Lease).or_default();

@@ -207,10 +207,10 @@ fn proc_token_slow() -> u32 {
 fn facts_slow() -> Facts {
     let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
     let cache = page().unwrap_or(&STATIC);
-    if let Some(f) = cache.get() {
-        if f.pid == pid {
-            return f;
-        }
+    if let Some(f) = cache.get()
+        && f.pid == pid
+    {
+        return f;
     }
     let proc_ours = super::procfs::proc_is_ours(pid);
     // The start time whatever the main thread's state: a process whose main thread has

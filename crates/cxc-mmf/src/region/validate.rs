@@ -10,7 +10,7 @@ use super::options::Expect;
 
 pub(super) fn check_layout_shapes<H, S>(layout: &Layout) -> Result<(), MmfError> {
     let bad = |m: String| Err(MmfError::InvalidLayout(m));
-    if layout.head_size % 64 != 0 {
+    if !layout.head_size.is_multiple_of(64) {
         return bad(format!(
             "head size {} is not a multiple of 64",
             layout.head_size
@@ -34,7 +34,7 @@ pub(super) fn check_layout_shapes<H, S>(layout: &Layout) -> Result<(), MmfError>
                 size_of::<S>()
             ));
         }
-        if layout.slot_size as usize % align_of::<S>() != 0 {
+        if !(layout.slot_size as usize).is_multiple_of(align_of::<S>()) {
             return bad("slot size is not a multiple of the slot alignment".into());
         }
     }
@@ -128,7 +128,7 @@ pub(super) fn check_lengths_and_sum(
     file_len: u64,
 ) -> Result<HeaderInfo, MmfError> {
     let layout = &info.layout;
-    if layout.head_size % 64 != 0 {
+    if !layout.head_size.is_multiple_of(64) {
         return Err(MmfError::ParamMismatch {
             name: "head_size",
             expected: "a multiple of 64".into(),

@@ -178,7 +178,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if let Some(g) = crate::park::spin_for(budget, started, || {
             let cur = st.word();
             attempts = attempts.wrapping_add(1);
-            if !cur.is_vacant() && judged == Some(cur.id()) && attempts % 64 != 0 {
+            if !cur.is_vacant() && judged == Some(cur.id()) && !attempts.is_multiple_of(64) {
                 return None;
             }
             judged = Some(cur.id());

@@ -277,7 +277,7 @@ impl LeaseState {
             now << CLAIMED_AT_SHIFT | (word.gen_low() & ((1 << CLAIMED_AT_SHIFT) - 1)),
             Ordering::Relaxed,
         );
-        if word.gen_low() % TERM_CHECKPOINT == 0 {
+        if word.gen_low().is_multiple_of(TERM_CHECKPOINT) {
             self.checkpoint(word.0);
         }
         match reason {

@@ -346,12 +346,12 @@ macro_rules! guard_methods {
         }
 
         /// Blocks until this guard's claim is lost (superseded or released by someone
-        /// else) or `timeout` passes; `true` if it was lost. It looks every 1 ms at
-        /// first, then less often, every 25 ms after the first 30 ms: a loss is
-        /// seen within 25 ms, and a thread that waits for the guard's whole life costs
-        /// 40 short wake-ups a second. A holder stopped past the grace learns of its loss
-        /// here once it runs again; with manual epochs a loss happens only when someone
-        /// ticks and claims.
+        /// else) or `timeout` passes; `true` if it was lost. It looks at once, then
+        /// after naps that double from 1 ms (1, 2, 4, 8, 16 ms) up to 25 ms, so from
+        /// the 31st ms on it looks every 25 ms: a loss is seen within about 25 ms, and a
+        /// thread that waits for the guard's whole life costs 40 short wake-ups a
+        /// second. A holder stopped past the grace learns of its loss here once it runs
+        /// again; with manual epochs a loss happens only when someone ticks and claims.
         pub fn wait_lost(&self, timeout: std::time::Duration) -> bool {
             const FIRST: std::time::Duration = std::time::Duration::from_millis(1);
             const MAX: std::time::Duration = std::time::Duration::from_millis(25);
@@ -400,6 +400,16 @@ macro_rules! guard_methods {
 ///
 /// `Send` (when `T` is), not `Sync`: a guard has one writer at a time, which is what lets
 /// a write publish with one atomic step.
+///
+/// ```
+/// fn moves_between_threads<T: Send>() {}
+/// moves_between_threads::<cxc_sync::LeaseGuard<'static, u64>>();
+/// ```
+///
+/// ```compile_fail,E0277
+/// fn shared_between_threads<T: Sync>() {}
+/// shared_between_threads::<cxc_sync::LeaseGuard<'static, u64>>();
+/// ```
 #[must_use = "the lease is released when the guard is dropped"]
 pub struct LeaseGuard<'a, T: FromBytes + IntoBytes + Immutable + KnownLayout> {
     lease: &'a OwnerLease<T>,
@@ -436,6 +446,18 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> std::fmt::Debug for Lea
 
 /// A held [`OwnerLease`] that owns its `Arc`: released when dropped. Created by
 /// [`OwnerLease::lock_owned`] and [`OwnerLease::try_lock_owned`].
+///
+/// `Send` (when `T` is), not `Sync`, as [`LeaseGuard`].
+///
+/// ```
+/// fn moves_between_threads<T: Send>() {}
+/// moves_between_threads::<cxc_sync::OwnedLeaseGuard<u64>>();
+/// ```
+///
+/// ```compile_fail,E0277
+/// fn shared_between_threads<T: Sync>() {}
+/// shared_between_threads::<cxc_sync::OwnedLeaseGuard<u64>>();
+/// ```
 #[must_use = "the lease is released when the guard is dropped"]
 pub struct OwnedLeaseGuard<T: FromBytes + IntoBytes + Immutable + KnownLayout> {
     lease: Arc<OwnerLease<T>>,

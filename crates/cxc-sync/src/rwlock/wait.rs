@@ -112,7 +112,7 @@ impl Spin {
     pub(crate) fn again(&mut self) -> bool {
         let more = match self.budget {
             None => self.spins < SPIN_LIMIT,
-            Some(b) => self.spins % 16 != 0 || self.started.elapsed() < b,
+            Some(b) => !self.spins.is_multiple_of(16) || self.started.elapsed() < b,
         };
         if more {
             self.spins += 1;

@@ -42,11 +42,10 @@ impl<'a> Permit<'a> {
         if proc != current_proc() {
             return;
         }
-        if let Some(h) = sem.holder() {
-            if sem.raw().disown(h) {
+        if let Some(h) = sem.holder()
+            && sem.raw().disown(h) {
                 sem.raw().bump(ctr::DISOWNED, 1);
             }
-        }
     }
 }
 

@@ -218,7 +218,7 @@ mod tests {
                     || (reads.load(Ordering::Relaxed) < 1000
                         && started.elapsed() < std::time::Duration::from_secs(20))
                 {
-                    if i % 2 == 0 {
+                    if i.is_multiple_of(2) {
                         lock.update(|v| *v = [v[0] + 1; 6]).ok();
                     } else {
                         lock.write([i; 6]).unwrap();
