@@ -559,10 +559,16 @@ fn sem_ledger_chaos_with_handoffs_sibling_threads_kills_and_stops() {
         let i = rng.below(procs.len() as u64) as usize;
         match rng.below(10) {
             0..=2 => {
-                // SIGKILL at a random point.
-                procs[i].kill();
-                kills += 1;
-                dead_pids.push(procs[i].pid());
+                // SIGKILL at a random point: stopped there first, so that its ledger
+                // entries are taken off while its permits are still its own (once it is
+                // dead, a waiter of another process may reclaim and take them at once,
+                // and the ledger would count them twice).
+                procs[i].stop();
+                assert!(
+                    wait_until(Duration::from_secs(5), || all_stopped(procs[i].pid())),
+                    "pid {} did not stop",
+                    procs[i].pid()
+                );
                 for t in 0..2 {
                     let f = flight(i, t);
                     if matches!(f >> 8, K_DIS | K_TAKE) {
@@ -576,6 +582,9 @@ fn sem_ledger_chaos_with_handoffs_sibling_threads_kills_and_stops() {
                     let mine = field(led[L_OUT].load(Ordering::SeqCst), i);
                     led[L_OUT].fetch_sub(mine << (8 * i), Ordering::SeqCst);
                 }
+                procs[i].kill();
+                kills += 1;
+                dead_pids.push(procs[i].pid());
                 procs[i] = spawn(i, &mut generation);
             }
             3..=5 => {
