@@ -14,8 +14,9 @@
 //! - **wait**: a blocked contender watches the first key for its deletion (release,
 //!   resignation or session expiry), then attempts again. A request that fails on the
 //!   way (a hung or lost member) is tried again, on the next member, until the caller's
-//!   timeout; the wait gives up early only when as many requests in a row failed as
-//!   there are members.
+//!   timeout; the wait gives up early only when requests have failed in a row for
+//!   members × the request timeout, and at least as many as there are members (see
+//!   [`Retries`]).
 //! - **unknown outcome**: an attempt whose request timed out (or failed after it was
 //!   sent) may still be applied later, and its put would then create our key on a
 //!   session that is kept alive: a contender nobody knows of, first once the others
@@ -23,6 +24,10 @@
 //!   key goes with the session), unless the handle holds the claim on it — then the key
 //!   exists, a late attempt cannot create it, and the session is ended when the claim
 //!   is released instead (a late attempt could otherwise re-create the key after that).
+//!   A **release or resignation** whose outcome is unknown ends the session too: its
+//!   delete may be applied later, handing the claim to a rival while the handle, which
+//!   still finds its key meanwhile, would believe it holds; with the session ended the
+//!   claim is lost at once as far as the handle knows, and the key goes with the session.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -34,8 +39,8 @@ use crate::conn::{Etcd, key_str};
 use crate::error::EtcdError;
 use crate::session::Session;
 use crate::txn::{
-    check_name, exists_as, fenced, fenced_delete, first_created, lease_not_found, nth_get,
-    outcome_unknown, revision, worth_retrying,
+    check_name, exists_as, fenced, fenced_delete, first_created, lease_not_found, no_leader,
+    nth_get, outcome_unknown, revision, worth_retrying,
 };
 use crate::wait::{MAX_WAIT, wait_for_delete};
 
@@ -56,6 +61,9 @@ pub(crate) struct Contender {
     /// threads sharing the handle attempt one at a time, so one thread's withdraw never
     /// deletes the key another thread's attempt just found first.
     attempting: Mutex<()>,
+    /// The run of requests that failed in a row, across this handle's waits and
+    /// look-ups of the first key (see [`Retries`]).
+    run: Mutex<Run>,
 }
 
 /// Our key is first: its create revision and session, and the transaction's response
@@ -91,6 +99,7 @@ impl Contender {
             held: Mutex::new(None),
             tainted: AtomicI64::new(0),
             attempting: Mutex::new(()),
+            run: Mutex::new(Run::default()),
         })
     }
 
@@ -112,7 +121,12 @@ impl Contender {
     /// # Errors
     /// If the server cannot be reached.
     pub(crate) fn first(&self, op: &'static str) -> Result<Option<(String, u64)>, EtcdError> {
-        let resp = self.etcd.get(op, &self.prefix, Some(first_created()))?;
+        // Its outcome counts in the handle's run of failures (an election campaign
+        // observes the leader between its slices).
+        let sent = Instant::now();
+        let resp = self.etcd.get(op, &self.prefix, Some(first_created()));
+        record(&self.run, sent, &resp, self.etcd.options().request_timeout);
+        let resp = resp?;
         Ok(resp.kvs().first().map(|kv| {
             (
                 String::from_utf8_lossy(kv.value()).into_owned(),
@@ -135,14 +149,42 @@ impl Contender {
     }
 
     /// Deletes the key of `session` if it was created at `created` (release, resign).
+    ///
+    /// # Errors
+    /// If the request fails. If its outcome is unknown (it timed out, or failed after it
+    /// was sent), the delete may still be applied later (when a hung member resumes), and
+    /// a rival then holds while this handle would believe it holds (its key would still
+    /// be there meanwhile, and claiming again would find it): the session is ended here
+    /// and on the server (revoked in the background; the key goes with it), so the claim
+    /// is lost at once as far as the handle knows (`is_lost`, `is_current` without a
+    /// request), and the next claim opens a new session.
     pub(crate) fn withdraw(
         &self,
         op: &'static str,
         (session, created): (i64, i64),
     ) -> Result<bool, EtcdError> {
         // A session known or presumed lost took its key with it (or is being revoked).
-        let gone = !self.session.lost(session)
-            && fenced_delete(&self.etcd, op, &self.key_of(session), created)?;
+        let gone = if self.session.lost(session) {
+            false
+        } else {
+            match fenced_delete(&self.etcd, op, &self.key_of(session), created) {
+                Ok(gone) => gone,
+                Err(e) => {
+                    if outcome_unknown(&e) {
+                        self.forget(session, created);
+                        self.session.expired(session);
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        self.forget(session, created);
+        Ok(gone)
+    }
+
+    /// The claim `(session, created)` is withdrawn (or its session ended): forget it, and
+    /// end a session on which an attempt's outcome was unknown.
+    fn forget(&self, session: i64, created: i64) {
         {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             if *held == Some((session, created)) {
@@ -158,7 +200,6 @@ impl Contender {
             // again: end the session (see the module's "unknown outcome").
             self.session.expired(session);
         }
-        Ok(gone)
     }
 
     /// After an attempt on `session` whose outcome is unknown: end the session unless
@@ -309,11 +350,12 @@ impl Contender {
         mut attempt: impl FnMut() -> Result<Result<T, Held>, EtcdError>,
     ) -> Result<Option<T>, EtcdError> {
         let deadline = Instant::now().checked_add(timeout);
-        let mut retries = Retries::new(&self.etcd);
+        let mut retries = Retries::new(&self.etcd, &self.run);
         loop {
+            let sent = Instant::now();
             let outcome = attempt();
             let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
-            let held = match retries.judge(outcome, left)? {
+            let held = match retries.judge(outcome, sent, left)? {
                 Some(Ok(won)) => return Ok(Some(won)),
                 Some(Err(held)) => held,
                 None if left.is_zero() => return Ok(None),
@@ -337,47 +379,136 @@ impl Contender {
     }
 }
 
+/// A run of requests of one handle that failed in a row (see [`Retries`]): kept by the
+/// handle across its waits, so a caller that waits in short slices (an election
+/// campaign) follows the same rule as one long wait.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Run {
+    /// When the first failed request of the run was sent (`None`: no run).
+    since: Option<Instant>,
+    /// How many requests of the run failed.
+    failures: usize,
+    /// When the last failure came back.
+    last: Option<Instant>,
+}
+
+impl Run {
+    /// A request answered: the run ends.
+    pub(crate) fn answered(&mut self) {
+        *self = Run::default();
+    }
+
+    /// A request sent at `sent` failed (came back at `now`). It continues the run if it
+    /// was sent within `stale` of the run's last failure coming back; otherwise (the
+    /// handle made no request for a while, so nothing is known of the time in between) it
+    /// starts a new one.
+    pub(crate) fn failed(&mut self, sent: Instant, now: Instant, stale: Duration) {
+        let continues = self
+            .last
+            .is_some_and(|last| sent.saturating_duration_since(last) <= stale);
+        if !continues || self.since.is_none() {
+            self.since = Some(sent);
+            self.failures = 0;
+        }
+        self.failures += 1;
+        self.last = Some(now);
+    }
+
+    /// How long the run has gone on at `now` (from the sending of its first request), and
+    /// how many of its requests failed.
+    fn length(&self, now: Instant) -> (Duration, usize) {
+        let age = self
+            .since
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+        (age, self.failures)
+    }
+}
+
+/// Records the outcome of a request sent at `sent` in `run` (any answer ends the run;
+/// a failure worth retrying extends it).
+pub(crate) fn record<V>(
+    run: &Mutex<Run>,
+    sent: Instant,
+    outcome: &Result<V, EtcdError>,
+    stale: Duration,
+) {
+    let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
+    match outcome {
+        Ok(_) => run.answered(),
+        Err(e) if worth_retrying(e) => run.failed(sent, Instant::now(), stale),
+        Err(_) => {}
+    }
+}
+
 /// The retry rule of a blocked wait: a request that failed with a timeout or a transport
 /// error is tried again (the next request goes to the next member) until the caller's
-/// deadline, or until as many requests in a row failed as there are members (then no
-/// member answers: the error is the wait's result). A deadline that passes after fewer
-/// failures is a plain timeout of the wait (`Ok(None)` to the caller), so a caller that
-/// waits in short slices (an election campaign) goes on with its next slice.
-pub(crate) struct Retries {
+/// deadline, or until requests have failed in a row for at least members × the request
+/// timeout (from the sending of the first of them) and at least as many of them as there
+/// are members (then no member answered for that long: the error is the wait's result).
+/// A failure that came back at once (a refused connection, a member that has no leader
+/// while the others elect one) is tried again after a short pause, longer after "no
+/// leader" (an etcd election takes about an election timeout): instant failures alone
+/// never end a wait before that time. A deadline that passes earlier is a plain timeout
+/// of the wait (`Ok(None)` to the caller), so a caller that waits in short slices (an
+/// election campaign) goes on with its next slice; the run is the handle's ([`Run`]), so
+/// the slices add up.
+pub(crate) struct Retries<'a> {
     members: usize,
-    failed_in_row: usize,
+    /// The request timeout: the run must last members × this before the wait gives up;
+    /// a failure sent longer than this after the last one starts a new run.
+    request: Duration,
+    run: &'a Mutex<Run>,
 }
 
 /// Pause before trying again after a request failed at once (refused, reset).
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// Pause before trying again after a member answered that it has no leader (the members
+/// are electing one: that takes about an election timeout, 1 s with etcd's defaults).
+const NO_LEADER_PAUSE: Duration = Duration::from_millis(100);
 
-impl Retries {
-    pub(crate) fn new(etcd: &Etcd) -> Self {
+impl<'a> Retries<'a> {
+    pub(crate) fn new(etcd: &Etcd, run: &'a Mutex<Run>) -> Self {
         Retries {
             members: etcd.members().len(),
-            failed_in_row: 0,
+            request: etcd.options().request_timeout,
+            run,
         }
     }
 
     /// `Ok(Some(v))` for an answer, `Ok(None)` to try again (after a short pause; the
     /// caller ends the wait as timed out if `left` is zero), `Err` when the wait must end
-    /// with the error (`left`: time left before the deadline).
+    /// with the error (`sent`: when the request, or the first of the attempt's requests,
+    /// was sent; `left`: time left before the deadline).
     pub(crate) fn judge<V>(
         &mut self,
         outcome: Result<V, EtcdError>,
+        sent: Instant,
         left: Duration,
     ) -> Result<Option<V>, EtcdError> {
+        record(self.run, sent, &outcome, self.request);
         match outcome {
-            Ok(v) => {
-                self.failed_in_row = 0;
-                Ok(Some(v))
-            }
+            Ok(v) => Ok(Some(v)),
             Err(e) => {
-                self.failed_in_row += 1;
-                if !worth_retrying(&e) || self.failed_in_row >= self.members {
+                if !worth_retrying(&e) {
                     return Err(e);
                 }
-                std::thread::sleep(RETRY_PAUSE.min(left));
+                let (age, failures) = self
+                    .run
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .length(Instant::now());
+                let budget = self
+                    .request
+                    .saturating_mul(u32::try_from(self.members).unwrap_or(u32::MAX));
+                if failures >= self.members && age >= budget {
+                    return Err(e);
+                }
+                let pause = if no_leader(&e) {
+                    NO_LEADER_PAUSE
+                } else {
+                    RETRY_PAUSE
+                };
+                std::thread::sleep(pause.min(left));
                 Ok(None)
             }
         }

@@ -20,7 +20,8 @@
 //! - **renew**: one keep-alive of the session, then the key must still exist with the
 //!   term's create revision. With [`KeepAlive::OnBeat`](crate::KeepAlive::OnBeat) only
 //!   renewals refresh the session: progress-driven.
-//! - **resign**: `txn(create_revision(N/<s>) == token) then delete(N/<s>)`.
+//! - **resign**: `txn(create_revision(N/<s>) == token) then delete(N/<s>)`. If its
+//!   outcome is unknown the session is ended (the key goes with it).
 //! - **observe**: `get(first N/ by create)`: its value is the leader's identity (what
 //!   `etcdctl elect -l N` prints), its create revision the token.
 
@@ -126,6 +127,9 @@ impl ElectionBackend for EtcdElection {
         self.queue.is_current((term.session, term.revision))
     }
 
+    /// Deletes the term's key, fenced by its token. A resignation whose outcome is
+    /// unknown ends the candidate's session at once (as a lease release does, see
+    /// [`EtcdLease`](crate::EtcdLease)'s `release`): campaigning again wins a new term.
     fn resign(&self, term: &EtcdTerm) -> Result<bool, EtcdError> {
         self.queue.withdraw("resign", (term.session, term.revision))
     }

@@ -355,6 +355,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> FencedLease for EtcdLea
         self.queue.refresh((claim.session, claim.generation))
     }
 
+    /// Deletes the claim's key, fenced by its generation.
+    ///
+    /// # Errors
+    /// If the request fails. If its outcome is unknown (a timeout, or a failure after it
+    /// was sent: the delete may be applied late), the handle's session is ended at once
+    /// (revoked in the background, the key goes with it): the claim is then lost
+    /// ([`EtcdLease::is_lost`], [`is_current`](FencedLease::is_current) `false` without a
+    /// request), and claiming again gets a new claim on a new session.
     fn release(&self, claim: &EtcdClaim) -> Result<bool, EtcdError> {
         self.queue
             .withdraw("release", (claim.session, claim.generation))

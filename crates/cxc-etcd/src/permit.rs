@@ -58,8 +58,10 @@ impl<'a> EtcdPermitGuard<'a> {
     /// lost, and the pool had already recovered it).
     ///
     /// # Errors
-    /// If the server cannot be reached; the permit then stays with the handle
-    /// ([`EtcdSemaphore::give`] or [`EtcdSemaphore::give_permit`] retry).
+    /// As [`EtcdSemaphore::give_permit`]: a give that was never sent leaves the permit
+    /// held by the handle ([`EtcdSemaphore::give`] or [`EtcdSemaphore::give_permit`]
+    /// retry); one whose outcome is unknown leaves it no longer held (the handle's later
+    /// gives and takes send its delete again).
     pub fn release(mut self) -> Result<bool, EtcdError> {
         let permit = self.permit.take().expect("permit present until consumed");
         self.pool.give_permit(&permit)
@@ -74,10 +76,10 @@ impl<'a> EtcdPermitGuard<'a> {
 
 impl Drop for EtcdPermitGuard<'_> {
     fn drop(&mut self) {
-        if let Some(p) = self.permit.take() {
-            if tokio::runtime::Handle::try_current().is_err() {
-                let _ = self.pool.give_permit(&p);
-            }
+        if let Some(p) = self.permit.take()
+            && tokio::runtime::Handle::try_current().is_err()
+        {
+            let _ = self.pool.give_permit(&p);
         }
     }
 }

@@ -27,6 +27,9 @@
 //!   settled, the session is ended (revoked; its permits are then reported lost), so no
 //!   holder key can outlive the handle's knowledge of it.
 //! - **give**: delete one of this handle's holder keys, fenced by its create revision.
+//!   A give whose outcome is unknown (it may still be applied, late) takes the permit off
+//!   the held list at once (reported lost) and leaves its delete pending: sent again by
+//!   the handle's later gives and takes until it is settled or the session ends.
 //! - **recovery**: a holder's keys are deleted by etcd when its session expires.
 //!
 //! Each permit is an [`EtcdPermit`]: its holder key and that key's create revision, the
@@ -45,7 +48,7 @@ use cxc_sync::PermitPool;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use crate::conn::{Etcd, EtcdOptions, KeepAlive, key_str};
-use crate::contend::Retries;
+use crate::contend::{Retries, Run};
 use crate::error::EtcdError;
 use crate::session::{KeepAliveStats, Session};
 use crate::txn::{
@@ -90,6 +93,11 @@ struct Permits {
     held: Vec<EtcdPermit>,
     /// Permits found lost and not yet handed out by `lost_permits`.
     lost: Vec<EtcdPermit>,
+    /// Permits whose give failed with an unknown outcome (the delete may still be
+    /// applied, late): no longer held as far as the handle knows; the handle's later
+    /// gives and takes send their fenced delete again until it is settled or their
+    /// session ends.
+    giving: Vec<EtcdPermit>,
 }
 
 /// A counting semaphore stored in etcd: at most `max_permits` holder keys exist at any
@@ -126,6 +134,9 @@ pub struct EtcdSemaphore {
     permits: Mutex<Permits>,
     seq: AtomicU64,
     tag: Vec<u8>,
+    /// The run of requests that failed in a row, across this handle's waits (see
+    /// [`Retries`]).
+    run: Mutex<Run>,
 }
 
 impl std::fmt::Debug for EtcdSemaphore {
@@ -186,6 +197,7 @@ impl EtcdSemaphore {
             permits: Mutex::new(Permits::default()),
             seq: AtomicU64::new(0),
             tag: holder_tag(),
+            run: Mutex::new(Run::default()),
         })
     }
 
@@ -244,10 +256,19 @@ impl EtcdSemaphore {
         self.lost_permits()
     }
 
-    /// Whether `permit` is known or presumed lost, without a request (see
-    /// [`EtcdSemaphore::lost_permits`]). `false` does not prove it current.
+    /// Whether `permit`, taken by this handle, is no longer held as far as the handle
+    /// knows, without a request: its session is known gone or missed its local deadline
+    /// (see [`EtcdSemaphore::lost_permits`]), or the handle no longer holds it (it was
+    /// given back, its give failed with an unknown outcome, or [`is_current`] found it
+    /// gone). Once `true`, it stays `true`. `false` does not prove it current; a permit
+    /// of another handle is never reported lost here.
+    ///
+    /// [`is_current`]: EtcdSemaphore::is_current
     pub fn is_lost(&self, permit: &EtcdPermit) -> bool {
-        self.session.lost(permit.session)
+        if self.session.lost(permit.session) {
+            return true;
+        }
+        self.session.owns(permit.session) && !self.permits().held.contains(permit)
     }
 
     /// Whether `permit` is current: its holder key still exists with the permit's
@@ -289,15 +310,17 @@ impl EtcdSemaphore {
     /// member until `timeout`.
     ///
     /// # Errors
-    /// If no member answers (as many requests in a row failed as there are members), or
-    /// the last request before `timeout` failed.
+    /// If no member answers (requests failed in a row for members × the request timeout,
+    /// at least one per member; the run of failures is the handle's, across its waits),
+    /// or a request failed with an error that is not worth trying again.
     pub fn take_permit(&self, timeout: Duration) -> Result<Option<EtcdPermit>, EtcdError> {
         let deadline = Instant::now().checked_add(timeout);
-        let mut retries = Retries::new(&self.etcd);
+        let mut retries = Retries::new(&self.etcd, &self.run);
         loop {
+            let sent = Instant::now();
             let outcome = self.take_once();
             let left = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(Instant::now()));
-            let seen = match retries.judge(outcome, left)? {
+            let seen = match retries.judge(outcome, sent, left)? {
                 Some(Ok(p)) => return Ok(Some(p)),
                 Some(Err(rev)) => rev,
                 None if left.is_zero() => return Ok(None),
@@ -317,37 +340,99 @@ impl EtcdSemaphore {
     }
 
     /// Gives `permit` back: deletes its holder key, fenced by its token. `Ok(false)` if
-    /// the key was already gone (the permit was lost, or given back before).
+    /// the key was already gone (the permit was lost, or given back before), or if the
+    /// handle no longer holds it ([`EtcdSemaphore::is_lost`]; no request then).
     ///
     /// # Errors
-    /// If the server cannot be reached; the permit then stays held (a later give retries,
-    /// and the fenced delete makes a second attempt harmless).
+    /// If the request fails. If it was never sent (no member could be connected), the
+    /// permit stays held. If its outcome is unknown (it timed out, or failed after it was
+    /// sent), the delete may still be applied later, when a hung member resumes, and a
+    /// rival then holds the permit: so the handle stops holding it at once — it no
+    /// longer counts in [`held`](EtcdSemaphore::held), and [`is_lost`] and
+    /// [`is_current`] say lost without a request (for good) — and its delete is sent
+    /// again (fenced by the token, so harmless) by `give_permit` of the same permit, and
+    /// after their own request succeeded by the handle's other gives and takes, until it
+    /// is settled or the permit's session ends. The session is not ended: other permits
+    /// may live on it.
+    ///
+    /// [`is_lost`]: EtcdSemaphore::is_lost
+    /// [`is_current`]: EtcdSemaphore::is_current
     pub fn give_permit(&self, permit: &EtcdPermit) -> Result<bool, EtcdError> {
-        // Only this handle's permits, and not one known lost (its key went with its
-        // session, or is being revoked).
-        if !self.session.owns(permit.session) || self.is_lost(permit) {
-            let mut p = self.permits();
-            p.lost.retain(|h| h != permit);
+        if !self.session.owns(permit.session) {
             return Ok(false);
         }
-        let given = fenced_delete(&self.etcd, "give", &permit.key, permit.token)?;
-        let mut p = self.permits();
-        p.held.retain(|h| h != permit);
-        p.lost.retain(|h| h != permit);
-        Ok(given)
+        let pending = {
+            let mut p = self.permits();
+            self.prune(&mut p);
+            p.giving.contains(permit)
+        };
+        if pending {
+            // A give of it whose outcome is unknown: send its delete again.
+            let given = fenced_delete(&self.etcd, "give", &permit.key, permit.token)?;
+            self.permits().giving.retain(|h| h != permit);
+            return Ok(given);
+        }
+        // Not one the handle no longer holds (given back, or lost: its key went with its
+        // session, or is being revoked).
+        if self.is_lost(permit) {
+            self.permits().lost.retain(|h| h != permit);
+            return Ok(false);
+        }
+        match fenced_delete(&self.etcd, "give", &permit.key, permit.token) {
+            Ok(given) => {
+                {
+                    let mut p = self.permits();
+                    p.held.retain(|h| h != permit);
+                    p.lost.retain(|h| h != permit);
+                }
+                self.retry_gives();
+                Ok(given)
+            }
+            Err(e) => {
+                if outcome_unknown(&e) {
+                    let mut p = self.permits();
+                    if let Some(i) = p.held.iter().position(|h| h == permit) {
+                        let giving = p.held.remove(i);
+                        p.giving.push(giving);
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     fn permits(&self) -> std::sync::MutexGuard<'_, Permits> {
         self.permits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Moves the permits of sessions that are no longer alive to the lost list.
+    /// Moves the permits of sessions that are no longer alive to the lost list, and
+    /// forgets the pending gives of such sessions (their keys went with them).
     fn prune(&self, p: &mut Permits) {
         let (lost, held): (Vec<_>, Vec<_>) = std::mem::take(&mut p.held)
             .into_iter()
-            .partition(|h| self.is_lost(h));
+            .partition(|h| self.session.lost(h.session));
         p.held = held;
         p.lost.extend(lost);
+        p.giving.retain(|h| !self.session.lost(h.session));
+    }
+
+    /// Sends the delete of every pending give again (see [`EtcdSemaphore::give_permit`]),
+    /// stopping at the first that fails (it stays pending). Whether one was settled.
+    fn retry_gives(&self) -> bool {
+        let pending = {
+            let mut p = self.permits();
+            self.prune(&mut p);
+            p.giving.clone()
+        };
+        let mut settled = false;
+        for permit in pending {
+            if fenced_delete(&self.etcd, "give", &permit.key, permit.token).is_err() {
+                break;
+            }
+            self.permits().giving.retain(|h| *h != permit);
+            settled = true;
+        }
+        settled
     }
 
     /// The number of holder keys and the revision it was read at.
@@ -379,6 +464,11 @@ impl EtcdSemaphore {
         for _ in 0..TAKE_ROUNDS {
             let (count, rev) = self.count()?;
             last = rev;
+            // A member answers: send the deletes of pending gives again first (one of
+            // them may be what fills the pool); count again if one was settled.
+            if self.retry_gives() {
+                continue;
+            }
             if count >= self.max {
                 return Ok(Err(rev));
             }
@@ -497,21 +587,39 @@ impl PermitPool for EtcdSemaphore {
 
     /// Returns this handle's most recent permit that is not known lost. `Ok(false)` if it
     /// holds none, or if that permit was lost meanwhile (the pool had recovered it).
+    /// Sends the deletes of pending gives again (see
+    /// [`EtcdSemaphore::give_permit`]) after its own succeeded, or when it holds none.
+    ///
+    /// # Errors
+    /// As [`EtcdSemaphore::give_permit`]: a permit whose give was never sent stays held;
+    /// one whose give has an unknown outcome is no longer held (its delete is sent again
+    /// later).
     fn give(&self) -> Result<bool, EtcdError> {
         // Taken off the held list under the lock, so threads giving at once give
-        // different permits; put back if the request fails (the permit is still held).
+        // different permits.
         let permit = {
             let mut p = self.permits();
             self.prune(&mut p);
             p.held.pop()
         };
         let Some(permit) = permit else {
+            self.retry_gives();
             return Ok(false);
         };
         match fenced_delete(&self.etcd, "give", &permit.key, permit.token) {
-            Ok(given) => Ok(given),
+            Ok(given) => {
+                self.retry_gives();
+                Ok(given)
+            }
             Err(e) => {
-                self.permits().held.push(permit);
+                let mut p = self.permits();
+                if outcome_unknown(&e) {
+                    // It may still be applied, late: no longer held (sent again later).
+                    p.giving.push(permit);
+                } else {
+                    // Never sent: still held.
+                    p.held.push(permit);
+                }
                 Err(e)
             }
         }

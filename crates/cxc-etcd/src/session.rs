@@ -498,7 +498,7 @@ async fn keeper(members: Arc<Members>, id: i64, ttl: Duration, request: Duration
             }
             next = (next + 1) % n;
             failed_in_row += 1;
-            if failed_in_row % n == 0 {
+            if failed_in_row.is_multiple_of(n) {
                 tokio::time::sleep(ROUND_PAUSE.min(left / 4)).await;
             }
         }

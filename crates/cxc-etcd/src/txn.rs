@@ -45,6 +45,17 @@ pub(crate) fn lease_not_found(e: &EtcdError) -> bool {
     }
 }
 
+/// Whether `e` is a member's answer that it has no leader (the members are electing one).
+pub(crate) fn no_leader(e: &EtcdError) -> bool {
+    match e {
+        EtcdError::Request {
+            source: etcd_client::Error::GRpcStatus(s),
+            ..
+        } => s.message().contains("no leader"),
+        _ => false,
+    }
+}
+
 /// Whether a request that failed with `e` may still be applied (now or later): anything
 /// but a request that never left this process or a refusal of the session lease. A put
 /// in such a request can create a key after the caller gave up on it.

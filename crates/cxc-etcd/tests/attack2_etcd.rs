@@ -591,9 +591,10 @@ fn member_killed_and_restarted_mid_campaign() {
 /// A standby's blocked `Elector::campaign` whose connection prefers a member that hangs
 /// while it waits; the leader (on the healthy members) steps down. docs/etcd.md: "A
 /// blocked `acquire` (`campaign`, `take_permit`) tries a request that timed out or failed
-/// again until its timeout ... It gives up early, with the error, only when as many
-/// requests in a row failed as there are members". Two of three members answer, so the
-/// campaign must elect the standby, not return an error.
+/// again until its timeout ... The wait gives up early, with the error, only once requests
+/// of the handle have failed in a row for at least members × the request timeout ... and
+/// at least as many have failed as there are members". Two of three members answer, so
+/// the campaign must elect the standby, not return an error.
 // Found (fixed since): Elector::campaign waits in retry_period slices (lead_timeout(50 ms)); the re-claim through the hung member times out (1 s) with no time left in its slice, so wait_first returns the Timeout and campaign propagates it as Backend.
 #[test]
 fn a_blocked_campaign_survives_a_member_that_hangs_under_it() {

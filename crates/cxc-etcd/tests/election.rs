@@ -62,11 +62,11 @@ fn child_dispatch() {
     event("leading", token);
     let started = Instant::now();
     for seq in 0u64.. {
-        if let Some((after, hold)) = stall {
-            if started.elapsed() >= after {
-                std::thread::sleep(hold);
-                stall = None;
-            }
+        if let Some((after, hold)) = stall
+            && started.elapsed() >= after
+        {
+            std::thread::sleep(hold);
+            stall = None;
         }
         let line = format!("{token} {name} {seq};");
         if !res.append(token, line.as_bytes()).expect("append") {

@@ -184,10 +184,10 @@ impl EtcdCluster {
                     break;
                 }
                 let m = &mut self.members[i];
-                if let Some(p) = m.proc.as_mut() {
-                    if let Some(status) = p.try_wait() {
-                        panic!("etcd {} exited ({status}); log:\n{}", m.name, p.stderr());
-                    }
+                if let Some(p) = m.proc.as_mut()
+                    && let Some(status) = p.try_wait()
+                {
+                    panic!("etcd {} exited ({status}); log:\n{}", m.name, p.stderr());
                 }
                 assert!(
                     Instant::now() < deadline,

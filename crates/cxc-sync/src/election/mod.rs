@@ -305,8 +305,11 @@ impl<B: ElectionBackend> Elector<B> {
         }
     }
 
-    /// Campaigns until elected or `timeout` passes (`Ok(None)`). Observed leaders are
-    /// announced as [`ElectionEvent::NewLeader`] meanwhile.
+    /// Campaigns until elected or `timeout` passes (`Ok(None)`): the backend's
+    /// [`lead_timeout`](ElectionBackend::lead_timeout) in slices of the retry period,
+    /// observing the leader between them (announced as [`ElectionEvent::NewLeader`]),
+    /// never after `timeout`: `Ok(None)` comes as late after `timeout` as the backend
+    /// call (or the observation) that was under way then.
     ///
     /// # Errors
     /// [`ElectionError::Backend`].
@@ -324,6 +327,11 @@ impl<B: ElectionBackend> Elector<B> {
             .map_err(backend)?;
             if let Some(term) = won {
                 return Ok(Some(self.start(term, start)));
+            }
+            // No observation after the timeout: it would only make `Ok(None)` later
+            // (by a whole request on a backend that does not answer).
+            if start.elapsed() >= timeout {
+                return Ok(None);
             }
             // Observing is best effort while campaigning.
             let _ = self.observe();
