@@ -1535,22 +1535,11 @@ impl LeadershipHandle {
         let Some(l) = write(&self.inner).take() else {
             return Ok(());
         };
-        // `Leadership::step_down` reports `Lost` only for a term known lost; a term past
-        // its lease duration without renewal is over as well (`renew` says so), even if
-        // no standby took it yet. Resign it (fenced) all the same.
-        let expired = l.is_lost();
+        // `resign` reports `Lost` for a term already over, also one past its lease
+        // duration without renewal that no standby took yet (it still resigns it).
         // Through the `Arc`: a `wait_lost` in another thread may hold a clone (it then
         // returns `True`); the last clone's drop stops the renewer.
-        match unblocked(py, || l.resign()) {
-            Ok(()) if expired => Err(error(
-                "LostError",
-                format!(
-                    "leadership of term {} lost (not renewed within the lease duration)",
-                    self.token
-                ),
-            )),
-            r => r.map_err(|e| election_error(e, &self.path)),
-        }
+        unblocked(py, || l.resign()).map_err(|e| election_error(e, &self.path))
     }
 
     /// Whether `step_down()` was called (or the `with` block left).
