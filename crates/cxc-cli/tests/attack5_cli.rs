@@ -647,7 +647,8 @@ fn demo_leaves_no_process_or_file_behind() {
 // Found (fixed since): the demo's coordinators loop until the board's shutdown flag, which only the demo process sets; `kill PID` of the demo leaves them (and the temp dir) behind forever.
 /// `cxc demo` stopped with SIGTERM (`kill PID`, a supervisor's stop, `timeout
 /// --foreground`) in the middle of its run: the processes it started must not run on
-/// forever by themselves (they hold a lease and spin a watchdog scan every few ms).
+/// forever by themselves (they hold a lease and spin a watchdog scan every few ms). As
+/// docs/cli.md says, it exits 130 and removes its temporary directory (made in `TMPDIR`).
 #[test]
 fn demo_terminated_mid_run_leaves_no_process_behind() {
     let tmp = tempfile::tempdir().unwrap();
@@ -662,7 +663,12 @@ fn demo_terminated_mid_run_leaves_no_process_behind() {
     });
     std::thread::sleep(Duration::from_millis(500));
     rustix::process::kill_process(Pid::from_raw(demo.id() as i32).unwrap(), Signal::TERM).unwrap();
-    let _ = demo.wait();
+    let status = demo.wait().unwrap();
+    let dirs: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     // Generous: a child that notices its parent's death exits within a few seconds.
     let end = Instant::now() + Duration::from_secs(5);
     let mut left = processes_naming(tmp.path());
@@ -683,6 +689,11 @@ fn demo_terminated_mid_run_leaves_no_process_behind() {
     assert!(
         left.is_empty(),
         "5 s after `kill` of the demo, its processes still run: {cmdlines:?}"
+    );
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(
+        dirs.is_empty(),
+        "left in TMPDIR by the interrupted demo: {dirs:?}"
     );
 }
 

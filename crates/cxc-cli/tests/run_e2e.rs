@@ -192,6 +192,64 @@ fn kill_after_takes_over_from_a_stopped_keeper_once_its_group_is_gone() {
     assert_no_overlap(&log, 4);
 }
 
+/// `--grace N`, the first spelling of `--kill-after` (docs/cli.md): N epochs of `--tick`.
+/// With `--tick 10ms --grace 100` a stopped keeper is taken over after about 1 s and not
+/// before (read as 100 epochs of 1 ms, the grace would be 100 ms); the stopped
+/// keeper's command is terminated first and the keeper exits 75. `--grace 1` of a 1 ms
+/// tick is raised to the 10 ms minimum (accepted, where `--kill-after 1ms` is refused), and
+/// `--grace` with `--kill-after` is a usage error.
+#[test]
+fn grace_in_ticks_takes_over_from_a_stopped_keeper_after_n_ticks() {
+    let _alone = shared();
+    let d = tempfile::tempdir().unwrap();
+    let (l, log) = (d.path().join("l"), d.path().join("log"));
+    let prefix = ["lease", "run", p(&l), "--tick", "10ms", "--grace", "100"];
+    let s0 = script(&log, 0, "sleep 30 & wait");
+    let mut holder = Job::start(&args(&prefix, &s0));
+    assert!(logged(&log, "start", 0, Duration::from_secs(10)).is_some());
+    let s1 = script(&log, 1, "sleep 30 & wait");
+    let mut next = Job::start(&args(&prefix, &s1));
+    std::thread::sleep(Duration::from_millis(200));
+    let keeper = holder.keeper();
+    rustix::process::kill_process(keeper, Signal::STOP).unwrap();
+    let stopped = Instant::now();
+    assert!(
+        logged(&log, "start", 1, Duration::from_secs(15)).is_some(),
+        "no takeover"
+    );
+    let took = stopped.elapsed();
+    // The keeper renews every 100 ms: its last beat was at most that long before the stop.
+    assert!(
+        took >= Duration::from_millis(900),
+        "took over early: {took:?}"
+    );
+    assert!(logged(&log, "end", 0, Duration::ZERO).is_some());
+    rustix::process::kill_process(keeper, Signal::CONT).unwrap();
+    assert_eq!(holder.wait(Duration::from_secs(10)), Some(75));
+    next.signal(Signal::TERM);
+    assert!(next.wait(Duration::from_secs(10)).is_some());
+    assert_no_overlap(&log, 2);
+
+    let l2 = d.path().join("l2");
+    let run = |a: &[&str]| cxc(a).output().unwrap();
+    let o = run(&["lease", "run", p(&l2), "--grace", "1", "--", "true"]);
+    assert_eq!(code(&o), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["lease", "run", p(&l2), "--kill-after", "1ms", "--", "true"]);
+    assert_eq!(code(&o), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&[
+        "lease",
+        "run",
+        p(&l2),
+        "--grace",
+        "100",
+        "--kill-after",
+        "1s",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&o), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 fn median_ms(mut gaps: Vec<u128>) -> f64 {
     gaps.sort();
     gaps[gaps.len() / 2] as f64 / 1e6

@@ -37,7 +37,9 @@ pub enum OpCode {
     LeaseRelease,
     /// A holder learned it lost the lease (an owner operation failed). `arg`: its generation.
     LeaseLossDetected,
-    /// A write/beat/release with a superseded claim was refused. `arg`: the stale generation.
+    /// A `write_claimed` with a superseded claim was refused (a refused `beat_claimed` or
+    /// `release_claim` is [`LeaseLossDetected`](Self::LeaseLossDetected)). `arg`: the stale
+    /// generation.
     LeaseStaleWriteRejected,
     /// A new holder inherited an interrupted write (its claim reports the payload may be
     /// inconsistent). `arg`: the new generation. Restorations are counted by the lease
@@ -63,7 +65,8 @@ pub enum OpCode {
     SemTimeout,
     /// Permits of a dead process were reclaimed. `arg`: the number of permits.
     SemReclaim,
-    /// A release that would exceed `max_permits` was refused. `arg`: the permits offered.
+    /// A semaphore `release` was refused. `arg`: 1 if the pool was already at
+    /// `max_permits`, 0 if the releasing process held no permit and none was handed off.
     SemOverflowRejected,
 
     /// A blocking read lock that missed its first try ended (got the lock, or gave up:

@@ -1,5 +1,5 @@
 //! The holder-table registration the semaphore and the rwlock share: a handle's cached
-//! slot (keyed by pid) and the find-or-claim step.
+//! slot (keyed by the process's lineage token) and the find-or-claim step.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,8 +14,9 @@ use crate::semaphore::word::{
 /// Serialises registration within this process; fork-safe (see `forklock.rs`).
 static REGISTRY: crate::forklock::ForkSafeLock = crate::forklock::ForkSafeLock::new();
 
-/// A handle's holder slot, cached: `(pid << 32) | (slot + 1)`, 0 = not yet looked up.
-/// Keyed by pid, so a child made by `fork` looks its own slot up.
+/// A handle's holder slot, cached: `(proc << 32) | (slot + 1)`, 0 = not yet looked up.
+/// Keyed by the lineage token `proc` ([`cxc_mmf::identity::current_proc`]), so a child
+/// made by `fork` looks its own slot up.
 #[derive(Debug, Default)]
 pub(crate) struct HolderCache(AtomicU64);
 

@@ -151,6 +151,76 @@ fn bad_configs_and_identities_are_typed_errors() {
     ));
 }
 
+/// docs/leader-election.md, API and errors: `InvalidConfig` for a zero lease duration or
+/// retry period, and for a renew period that is zero or not shorter than the lease only
+/// with `Renewal::Background`; `MmapElection::new` refuses a preempting lease and a lease
+/// duration that is not a positive number of epochs; an identity too long for the record
+/// fails a campaign as a backend error.
+#[test]
+fn zero_durations_renew_periods_and_unusable_leases_are_typed_errors() {
+    use cxc_sync::election::LeaderRecord;
+    use cxc_sync::{OwnerLease, Preemption};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("e");
+    let backend = || MmapElection::create_or_open(&p, Duration::from_secs(1)).unwrap();
+    let invalid = |c: ElectionConfig| {
+        matches!(
+            Elector::new(backend(), c),
+            Err(ElectionError::InvalidConfig(_))
+        )
+    };
+    let lease = Duration::from_secs(1);
+    let bg = |renew: Duration| {
+        ElectionConfig::new("a")
+            .renewal(Renewal::Background)
+            .renew_period(renew)
+    };
+    assert!(invalid(
+        ElectionConfig::new("a").lease_duration(Duration::ZERO)
+    ));
+    assert!(invalid(
+        ElectionConfig::new("a").retry_period(Duration::ZERO)
+    ));
+    assert!(invalid(bg(Duration::ZERO)));
+    assert!(invalid(bg(lease)));
+    assert!(invalid(bg(lease * 2)));
+    Elector::new(backend(), bg(lease / 2)).expect("a renew period under the lease");
+    // Without the background renewer the renew period is not used, nor checked.
+    for renew in [Duration::ZERO, lease, lease * 2] {
+        Elector::new(backend(), ElectionConfig::new("a").renew_period(renew))
+            .expect("renew period unchecked with Renewal::Progress");
+    }
+
+    let (preempting, _) = OwnerLease::builder(dir.path().join("preempt"))
+        .preemption(Preemption::LowerPid)
+        .create_or_open(LeaderRecord::default())
+        .unwrap();
+    assert!(matches!(
+        MmapElection::new(preempting, lease),
+        Err(MmapElectionError::Preemption)
+    ));
+    assert!(matches!(
+        MmapElection::create_or_open(&p, Duration::ZERO),
+        Err(MmapElectionError::LeaseDuration(d)) if d.is_zero()
+    ));
+    assert!(matches!(
+        MmapElection::create_or_open(&p, Duration::MAX),
+        Err(MmapElectionError::LeaseDuration(d)) if d == Duration::MAX
+    ));
+
+    let e = Elector::new(backend(), ElectionConfig::new("x".repeat(40))).unwrap();
+    match e.campaign(Duration::ZERO) {
+        Err(ElectionError::Backend(source)) => assert!(
+            matches!(
+                source.downcast_ref::<MmapElectionError>(),
+                Some(MmapElectionError::IdentityTooLong { len: 40 })
+            ),
+            "{source}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn the_fenced_file_refuses_older_tokens() {
     let dir = tempfile::tempdir().unwrap();

@@ -635,3 +635,16 @@ fn shared_and_separate_handles_exclude_each_other_under_stale_guesses() {
     assert!(shared.try_acquire(std::process::id(), 3));
     assert_eq!(shared.read_as_owner(std::process::id()), Some(total));
 }
+
+/// A new lease file is `0600` by default (`LeaseOptions::mode`), whether made by
+/// `create` or by the builder.
+#[test]
+fn new_lease_files_default_to_mode_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let _seed: OwnerLease<u64> = OwnerLease::create(&a, 0).unwrap();
+    let _built: OwnerLease<u64> = OwnerLease::builder(&b).create(0).unwrap();
+    assert_eq!((mode(&a), mode(&b)), (0o600, 0o600));
+}

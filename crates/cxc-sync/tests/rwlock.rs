@@ -334,3 +334,14 @@ fn short_timed_waits_in_a_row_evict_a_stalled_writer() {
         Err(WriteGuardError::Lost { .. })
     ));
 }
+
+/// A new rwlock file is `0600` by default (`RwLockOptions::mode`).
+#[test]
+fn new_rwlock_files_default_to_mode_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r");
+    let _lock = SharedRwLock::create(&p, 0u64).unwrap();
+    let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}

@@ -249,7 +249,9 @@ impl<B: ElectionBackend> Elector<B> {
     /// A candidate on `backend`.
     ///
     /// # Errors
-    /// [`ElectionError::InvalidConfig`] for an empty identity or zero durations.
+    /// [`ElectionError::InvalidConfig`] for an empty identity, a zero lease duration or
+    /// retry period, or (with [`Renewal::Background`] only) a renew period that is zero
+    /// or not shorter than the lease duration.
     pub fn new(backend: B, config: ElectionConfig) -> Result<Self, ElectionError> {
         config.validate()?;
         Ok(Elector {

@@ -88,8 +88,9 @@ pub struct RwLockOptions {
     /// Holder-table capacity: how many processes can use the lock at once (default 64;
     /// at most `SharedRwLock::MAX_HOLDERS`).
     pub holders: u32,
-    /// How long a writer may go without progress (lock, write, `beat`) while others wait
-    /// before it is evicted (default 1 s). Stored in the file.
+    /// How long a writer may go without progress (taking the lock, a write, `beat`; a
+    /// writer waiting for readers beats every 20 ms by itself) while others wait before it
+    /// is evicted (default 1 s). Stored in the file.
     pub grace: Duration,
     /// How long `open`/`create_or_open` wait for a concurrent creator (default 2 s).
     pub init_timeout: Duration,

@@ -7,7 +7,7 @@
 //! | offset | field      | type           | meaning                                      |
 //! |--------|------------|----------------|----------------------------------------------|
 //! | 0      | `state`    | `u64`          | state word (`word::Word`)                    |
-//! | 8      | `beat`     | `u64`          | writer progress counter (lock, write, beat)  |
+//! | 8      | `beat`     | `u64`          | writer progress counter (write, beat, drain) |
 //! | 16     | `rwake`    | `u32`          | futex word: readers waiting for the writer to leave |
 //! | 20     | `wwake`    | `u32`          | futex word: writers waiting for the writer to leave |
 //! | 24     | `dwake`    | `u32`          | futex word: the writer waiting for readers to leave |
@@ -37,8 +37,9 @@ crate::macros::file_layout! {
     pub(crate) struct RwHead {
         /// The state word.
         pub(crate) state: AtomicU64,
-        /// Bumped by the writer when it locks, writes or beats: waiters that see neither
-        /// this nor the token move for a grace period evict the writer.
+        /// Bumped by the writer when it writes (publishes) or beats, and every 20 ms while
+        /// it waits for readers to leave (a lock moves the token instead): waiters that see
+        /// neither this nor the token move for a grace period evict the writer.
         pub(crate) beat: AtomicU64,
         /// Readers blocked behind a writer sleep here.
         pub(crate) rwake: AtomicU32,

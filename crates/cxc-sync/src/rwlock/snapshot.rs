@@ -33,7 +33,7 @@ pub struct RwLockSnapshot {
     pub writer: Option<(usize, u32)>,
     /// The fencing token of the current (or last) write lock.
     pub token: u64,
-    /// The writer's progress counter (bumped when it locks, writes or beats).
+    /// The writer's progress counter (bumped when it writes, beats or drains readers).
     pub beat: u64,
     /// Registered processes, with their read holds.
     pub holders: Vec<RwHolderInfo>,
