@@ -10,7 +10,7 @@ use crate::{CliError, duration, files};
 /// What to create.
 #[derive(clap::Subcommand, Debug)]
 pub(crate) enum CreateKind {
-    /// An OwnerLease<u64> file, the same file `lease run` creates when one is missing:
+    /// An `OwnerLease<u64>` file, the same file `lease run` creates when one is missing:
     /// no preemption, clock epochs (payload: a run counter and the running command's
     /// process group).
     Lease {
@@ -59,7 +59,7 @@ pub(crate) enum CreateKind {
         #[arg(long, value_parser = parse_hex)]
         value: Option<cxc_cli::CellBytes>,
     },
-    /// A SharedRwLock<u64> file, the same file `rwlock run` creates when one is missing.
+    /// A `SharedRwLock<u64>` file, the same file `rwlock run` creates when one is missing.
     Rwlock(crate::rwlock_run::CreateRwLock),
     /// A HeartbeatTable file.
     Heartbeat {

@@ -10,7 +10,7 @@ pub struct Observation {
     /// Position in the ring's history (the producer's ticket): increases by one per event,
     /// across all producers.
     pub ticket: u64,
-    /// `CLOCK_MONOTONIC` nanoseconds when it was recorded ([`monotonic_ns`]).
+    /// `CLOCK_MONOTONIC` nanoseconds when it was recorded ([`monotonic_ns`](crate::clock::monotonic_ns)).
     pub timestamp_ns: u64,
     /// Pid of the recording process.
     pub pid: u32,
@@ -39,7 +39,7 @@ impl fmt::Display for Observation {
     }
 }
 
-/// What one [`ObservationRing::read_since`] returned.
+/// What one [`ObservationRing::read_since`](super::block::ObservationRing::read_since) returned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadBatch {
     /// Intact entries, in ticket order.

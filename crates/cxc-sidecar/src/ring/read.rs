@@ -105,7 +105,7 @@ impl ObservationRing {
         batch
     }
 
-    /// The intact entries still retained (at most [`RING_CAPACITY`]), oldest first.
+    /// The intact entries still retained (at most [`RING_CAPACITY`](super::slot::RING_CAPACITY)), oldest first.
     pub fn snapshot(&self) -> Vec<Observation> {
         self.read_since(self.head().saturating_sub(CAP))
             .observations
