@@ -53,7 +53,13 @@ pub enum FencedFileError {
 
 /// A [`FencedResource`] in one file: a 16-byte header (magic `CXCFENC1`, the high-water
 /// mark as little-endian u64) and the data. Every operation holds an exclusive `flock`
-/// on the file, so check and write are one step for every process using it.
+/// on the file, so check and write are one step for every process using it, and the
+/// handle's own lock, so they are one step for every thread sharing the handle too (a
+/// `flock` is per open file description, which threads share). In a child made by
+/// `fork` the inherited handle opens the file anew for each operation (through
+/// `/proc/self/fd`, so the same file even if its path was replaced since), since the
+/// description it inherited is the parent's, and a `flock` on it would exclude nothing
+/// between them (`attack35_mp`).
 ///
 /// A write raises the mark before it writes the data, so that once a token was accepted
 /// no older token can write. A writer killed between the two leaves the mark raised and
@@ -62,6 +68,10 @@ pub enum FencedFileError {
 pub struct FencedFile {
     path: PathBuf,
     file: File,
+    /// The process that opened `file` (lineage token): another one is a forked child.
+    proc: u32,
+    /// Serialises the operations of the threads sharing this handle.
+    lock: crate::forklock::ForkSafeLock,
 }
 
 impl FencedFile {
@@ -86,7 +96,12 @@ impl FencedFile {
                 path: path.clone(),
                 source,
             })?;
-        let f = FencedFile { path, file };
+        let f = FencedFile {
+            path,
+            file,
+            proc: cxc_mmf::identity::current_proc(),
+            lock: crate::forklock::ForkSafeLock::new(),
+        };
         f.locked(|f| {
             if f.len()? == 0 {
                 let mut h = [0u8; HEADER as usize];
@@ -105,18 +120,60 @@ impl FencedFile {
         }
     }
 
-    fn len(&self) -> Result<u64, FencedFileError> {
-        Ok(self.file.metadata().map_err(|e| self.io(e))?.len())
-    }
-
+    /// Runs `f` holding the handle's lock and an exclusive `flock` on the file (through
+    /// a description of its own in a forked child).
     fn locked<R>(
         &self,
-        f: impl FnOnce(&Self) -> Result<R, FencedFileError>,
+        f: impl FnOnce(&Locked<'_>) -> Result<R, FencedFileError>,
     ) -> Result<R, FencedFileError> {
-        flock(&self.file, FlockOperation::LockExclusive).map_err(|e| self.io(e.into()))?;
-        let r = f(self);
-        let _ = flock(&self.file, FlockOperation::Unlock);
+        let _threads = self.lock.lock();
+        let own;
+        let file = if self.proc == cxc_mmf::identity::current_proc() {
+            &self.file
+        } else {
+            own = self.reopen()?;
+            &own
+        };
+        flock(file, FlockOperation::LockExclusive).map_err(|e| self.io(e.into()))?;
+        let r = f(&Locked {
+            path: &self.path,
+            file,
+        });
+        let _ = flock(file, FlockOperation::Unlock);
         r
+    }
+
+    /// A new open file description of the same file.
+    fn reopen(&self) -> Result<File, FencedFileError> {
+        use std::os::fd::AsRawFd;
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true);
+        opts.open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+            .or_else(|_| {
+                // No /proc: by path (never through a symlink).
+                opts.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                    .open(&self.path)
+            })
+            .map_err(|e| self.io(e))
+    }
+}
+
+/// A [`FencedFile`]'s file while its operation holds the locks.
+struct Locked<'a> {
+    path: &'a Path,
+    file: &'a File,
+}
+
+impl Locked<'_> {
+    fn io(&self, source: io::Error) -> FencedFileError {
+        FencedFileError::Io {
+            path: self.path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn len(&self) -> Result<u64, FencedFileError> {
+        Ok(self.file.metadata().map_err(|e| self.io(e))?.len())
     }
 
     fn high_water(&self) -> Result<u64, FencedFileError> {
@@ -124,7 +181,7 @@ impl FencedFile {
         self.file.read_exact_at(&mut h, 0).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
                 FencedFileError::NotFenced {
-                    path: self.path.clone(),
+                    path: self.path.to_path_buf(),
                 }
             } else {
                 self.io(e)
@@ -133,14 +190,16 @@ impl FencedFile {
         let (magic, mark) = h.split_at(8);
         if magic != MAGIC {
             return Err(FencedFileError::NotFenced {
-                path: self.path.clone(),
+                path: self.path.to_path_buf(),
             });
         }
         let mut m = [0u8; 8];
         m.copy_from_slice(mark);
         Ok(u64::from_le_bytes(m))
     }
+}
 
+impl FencedFile {
     fn fenced_put(&self, token: u64, data: &[u8], append: bool) -> Result<bool, FencedFileError> {
         self.locked(|f| {
             if token < f.high_water()? {

@@ -268,12 +268,22 @@ impl LeaseState {
         self.counters[which].fetch_add(by, Ordering::Relaxed);
     }
 
-    /// The full generation of claim word `word`.
+    /// The full generation of claim word `word`: the checkpointed term plus the distance
+    /// from it to the word's low generation bits, which is less than half the low bits'
+    /// range either way (checkpoints come every `TERM_CHECKPOINT` claims). A word loaded
+    /// before a checkpoint passed it (its loader stalled, e.g. stopped) is behind the term
+    /// it is read with: counted backwards, never as a wrap ahead (that made a token about
+    /// 2^40 too high: `attack35_mp`).
     #[inline]
     pub(crate) fn full_generation(&self, word: u64) -> u64 {
         let low = word >> GEN_SHIFT;
         let t = self.term.load(Ordering::Acquire);
-        t.wrapping_add(low.wrapping_sub(t) & (GEN_MOD - 1))
+        let ahead = low.wrapping_sub(t) & (GEN_MOD - 1);
+        if ahead < GEN_MOD / 2 {
+            t.wrapping_add(ahead)
+        } else {
+            t.wrapping_sub(GEN_MOD - ahead)
+        }
     }
 
     /// The claim `word` as a token of the process with pid `proc` (the caller's own
