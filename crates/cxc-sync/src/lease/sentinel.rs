@@ -27,6 +27,7 @@
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::forklock::ForkSafeMutex;
 
@@ -70,6 +71,18 @@ struct Sentinel {
 
 /// `None` until the first link, and in a child that has not linked yet.
 static SENTINEL: ForkSafeMutex<Option<Sentinel>> = ForkSafeMutex::new(None);
+
+/// The process (lineage token) whose sentinel thread did not report in time: it goes
+/// without one (its slots have no sentinel), rather than try again at every claim.
+static GAVE_UP: AtomicU32 = AtomicU32::new(0);
+
+/// How long a new sentinel thread may take to report its thread id. It takes
+/// microseconds; a thread started in a child made by `fork` from a process with other
+/// threads may never report, stuck on a lock of the C or Rust runtime that one of the
+/// parent's threads held at the fork (a thread that does not exist in the child; found
+/// with `attack3_mp::lease_fork_while_watchers_start_and_move_never_hangs_the_child`,
+/// about one fork in a thousand): the claim then goes on without a sentinel.
+const REPORT_WITHIN: Duration = Duration::from_secs(1);
 
 /// Starts this process's sentinel thread. `None` if no thread could be started or the
 /// kernel refused the list (then slots simply have no sentinel).
@@ -124,7 +137,7 @@ fn start(proc: u32) -> Option<Sentinel> {
             }
         })
         .ok()?;
-    let tid = rx.recv().ok()??;
+    let tid = rx.recv_timeout(REPORT_WITHIN).ok()??;
     Some(Sentinel {
         proc,
         tid,
@@ -141,8 +154,11 @@ fn ensure(guard: &mut Option<Sentinel>) -> Option<&mut Sentinel> {
         // A forked child's copy of its parent's: the parent's thread and entries.
         *guard = None;
     }
-    if guard.is_none() {
+    if guard.is_none() && GAVE_UP.load(Ordering::Relaxed) != proc {
         *guard = start(proc);
+        if guard.is_none() {
+            GAVE_UP.store(proc, Ordering::Relaxed);
+        }
     }
     guard.as_mut()
 }
