@@ -95,16 +95,21 @@ pub(super) fn stat_of(pid: u32, tid: Option<u32>) -> Option<(ProcStatus, u64)> {
     parse_stat_full(&buf[..len])
 }
 
-/// Whether any thread of process `pid` is still running (not a zombie), by listing
-/// `/proc/<pid>/task`. `None` when `/proc` cannot tell.
-pub(super) fn any_task_alive(pid: u32) -> Option<bool> {
+/// Opens `/proc/<pid>/task` as a directory (`None` if the path cannot be built).
+fn open_task_dir(pid: u32) -> Option<Result<rustix::fd::OwnedFd, Errno>> {
     let mut path = PathBuf::new();
     path.push(b"/proc/");
     path.push_u32(pid);
     path.push(b"/task");
     let cpath = path.as_cstr()?;
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let fd = match rustix::fs::open(cpath, flags, Mode::empty()) {
+    Some(rustix::fs::open(cpath, flags, Mode::empty()))
+}
+
+/// Whether any thread of process `pid` is still running (not a zombie), by listing
+/// `/proc/<pid>/task`. `None` when `/proc` cannot tell.
+pub(super) fn any_task_alive(pid: u32) -> Option<bool> {
+    let fd = match open_task_dir(pid)? {
         Ok(fd) => fd,
         Err(Errno::NOENT) | Err(Errno::SRCH) => return Some(false),
         Err(_) => return None,
@@ -131,13 +136,7 @@ pub(super) fn any_task_alive(pid: u32) -> Option<bool> {
 /// Allocation-free: one directory listing, then each thread's `stat` opened relative to
 /// the task directory, stopping at the first thread without `flag`.
 pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
-    let mut path = PathBuf::new();
-    path.push(b"/proc/");
-    path.push_u32(pid);
-    path.push(b"/task");
-    let cpath = path.as_cstr()?;
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let dirfd = match rustix::fs::open(cpath, flags, Mode::empty()) {
+    let dirfd = match open_task_dir(pid)? {
         Ok(fd) => fd,
         Err(Errno::NOENT) | Err(Errno::SRCH) => {
             // Gone, unless there is no `/proc` at all.
