@@ -116,3 +116,44 @@ def assert_exit_raises_lost_only_without_exception(hold, lose):
         with hold():
             lose()
             raise KeyError("mine")
+
+
+def outcome(f):
+    """'ok:<repr>' of `f()`, or the class name of what it raised (a PanicException is a
+    BaseException, so every kind is caught)."""
+    try:
+        return "ok:" + repr(f())
+    except BaseException as e:  # noqa: BLE001 - we report every kind
+        return type(e).__name__
+
+
+def wait_child(pid, timeout=10.0):
+    """waitpid with a deadline; kills the child (and fails) if it does not exit."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"forked child {pid} did not exit within {timeout} s")
+
+
+def kill_all(procs):
+    """Kills every process of `procs` still running and reaps them all."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def until(pred, timeout=2.0, step=0.01):
+    """Polls `pred` every `step` seconds until it holds or `timeout` passed; its last
+    value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()

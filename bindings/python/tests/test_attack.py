@@ -23,46 +23,13 @@ import time
 import pytest
 
 import cxc
+from conftest import kill_all as _kill
+from conftest import outcome as _outcome
 from conftest import python_child
+from conftest import until as _until
+from conftest import wait_child as _wait_child
 
 FORK = multiprocessing.get_context("fork")
-
-
-def _outcome(f):
-    """'ok:<repr>' or the exception class name."""
-    try:
-        return "ok:" + repr(f())
-    except BaseException as e:  # noqa: BLE001 - we report every kind
-        return type(e).__name__
-
-
-def _wait_child(pid, timeout=10.0):
-    """waitpid with a deadline; kills the child (and fails) if it does not exit."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"forked child {pid} did not exit within {timeout} s")
-
-
-def _kill(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
-def _until(pred, timeout=2.0, step=0.01):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 # ---------------------------------------------------------------------------------------

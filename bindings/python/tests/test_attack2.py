@@ -24,27 +24,9 @@ import time
 import pytest
 
 import cxc
+from conftest import kill_all as _kill
 from conftest import python_child
-
-
-def _kill(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
-def _wait_child(pid, timeout=10.0):
-    """waitpid with a deadline; kills the child (and fails) if it does not exit."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"forked child {pid} did not exit within {timeout} s")
+from conftest import wait_child as _wait_child
 
 
 def _run(code, *args, timeout=30):

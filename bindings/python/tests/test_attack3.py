@@ -43,31 +43,13 @@ import time
 import pytest
 
 import cxc
-from conftest import permit_holders, python_child
-
-
-def _kill(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+from conftest import kill_all as _kill
+from conftest import outcome as _outcome
+from conftest import permit_holders, python_child, until
 
 
 def _until(pred, timeout=5.0, step=0.005):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
-
-
-def _outcome(f):
-    """'ok:<repr>' or the exception's class name (PanicException included)."""
-    try:
-        return "ok:" + repr(f())
-    except BaseException as e:  # noqa: BLE001 - a PanicException is a BaseException
-        return type(e).__name__
+    return until(pred, timeout, step)
 
 
 def _line(proc, timeout=10.0):
