@@ -10,7 +10,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{EtcdCluster, child, linger, max_overlap, mono_ns};
+use common::{EtcdCluster, child, connect, keys_under, linger, max_overlap, mono_ns, revoke, rt};
 use cxc_etcd::{
     Etcd, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, KeepAlive, PermitPool,
 };
@@ -19,45 +19,6 @@ use cxc_testkit::{arg, fields, report, serial, wait_until};
 /// If this process is a child, plays its role and exits.
 fn child_dispatch() {
     cxc_testkit::play_role!(role_pool_holder);
-}
-
-fn connect(endpoints: &[String], ttl: Duration, keep_alive: KeepAlive, request: Duration) -> Etcd {
-    let opts = EtcdOptions::default()
-        .ttl(ttl)
-        .keep_alive(keep_alive)
-        .request_timeout(request)
-        .connect_timeout(Duration::from_millis(500));
-    Etcd::connect(endpoints, opts).expect("connect")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-/// Revokes etcd lease `id` behind its holder's back (as `etcdctl lease revoke`).
-fn revoke(admin: &Etcd, id: i64) {
-    let mut c = admin.client();
-    rt().block_on(async move { c.lease_revoke(id).await })
-        .expect("revoke a session from outside");
-}
-
-/// The keys under `prefix`, straight from etcd.
-fn keys_under(etcd: &Etcd, prefix: &str) -> Vec<String> {
-    let mut c = etcd.client();
-    let opts = etcd_client::GetOptions::new()
-        .with_prefix()
-        .with_keys_only();
-    match rt().block_on(async move { c.get(prefix, Some(opts)).await }) {
-        Ok(r) => r
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect(),
-        Err(e) => panic!("get {prefix}: {e}"),
-    }
 }
 
 /// The whole history of the keys under `prefix` (a watch from revision 1 up to a

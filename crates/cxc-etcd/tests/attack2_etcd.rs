@@ -13,29 +13,16 @@ mod common;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{EtcdCluster, EtcdServer, child, etcdctl_command, max_overlap, mono_ns};
-use cxc_etcd::{
-    Etcd, EtcdElection, EtcdFencedKey, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease,
-    FencedResource, KeepAlive, PermitPool,
+use common::{
+    EtcdCluster, EtcdServer, child, connect, elector, etcdctl_command, keys_under, max_overlap,
+    mono_ns, others, revoke, rt, serial,
 };
-use cxc_sync::election::{ElectionConfig, ElectionError, ElectionEvent, Elector};
+use cxc_etcd::{
+    Etcd, EtcdFencedKey, EtcdLease, EtcdSemaphore, FencedLease, FencedResource, KeepAlive,
+    PermitPool,
+};
+use cxc_sync::election::{ElectionError, ElectionEvent};
 use cxc_testkit::{arg, fields, report};
-
-/// One cluster or server at a time (timing-sensitive scenarios on a small machine).
-static ONE: Mutex<()> = Mutex::new(());
-
-fn one() -> std::sync::MutexGuard<'static, ()> {
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn connect(endpoints: &[String], ttl: Duration, keep_alive: KeepAlive, timeout: Duration) -> Etcd {
-    let opts = EtcdOptions::default()
-        .ttl(ttl)
-        .keep_alive(keep_alive)
-        .request_timeout(timeout)
-        .connect_timeout(Duration::from_millis(500));
-    Etcd::connect(endpoints, opts).expect("connect")
-}
 
 fn on_beat(server: &EtcdServer, ttl: Duration) -> Etcd {
     connect(
@@ -53,49 +40,6 @@ fn background(server: &EtcdServer, ttl: Duration) -> Etcd {
         KeepAlive::Background,
         Duration::from_secs(2),
     )
-}
-
-fn elector(etcd: &Etcd, name: &str, id: &str, lease: Duration) -> Elector<EtcdElection> {
-    let b = EtcdElection::new(etcd, name).expect("election");
-    let cfg = ElectionConfig::new(id)
-        .lease_duration(lease)
-        .retry_period(Duration::from_millis(50));
-    Elector::new(b, cfg).expect("elector")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-/// The keys under `prefix`, straight from etcd.
-fn keys_under(etcd: &Etcd, prefix: &str) -> Vec<String> {
-    let mut client = etcd.client();
-    rt().block_on(async move {
-        let opts = etcd_client::GetOptions::new()
-            .with_prefix()
-            .with_keys_only();
-        let resp = client.get(prefix, Some(opts)).await.expect("get");
-        resp.kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect()
-    })
-}
-
-/// Revokes etcd lease `id` behind its holder's back.
-fn revoke(etcd: &Etcd, id: i64) {
-    let mut client = etcd.client();
-    rt().block_on(async move { client.lease_revoke(id).await.expect("revoke") });
-}
-
-/// The members other than `i`.
-fn others(c: &EtcdCluster, i: usize) -> Vec<String> {
-    let mut e = c.endpoints();
-    e.remove(i);
-    e
 }
 
 /// `endpoints` rotated so that member `first` comes first.
@@ -147,7 +91,7 @@ fn child_dispatch() {
 /// increase in time order, and after all that the oldest token is refused.
 #[test]
 fn racing_electors_never_share_a_term_and_tokens_strictly_increase() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let admin = background(&server, Duration::from_secs(1));
     let res = EtcdFencedKey::new(&admin, "race/res").expect("res");
@@ -221,7 +165,7 @@ fn racing_electors_never_share_a_term_and_tokens_strictly_increase() {
 /// term never ends a newer one)"; `StoppedLeading` is emitted when the term ends.
 #[test]
 fn deposed_leader_is_told_everywhere_and_cannot_end_the_new_term() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(1);
     let ea = on_beat(&server, ttl);
@@ -281,7 +225,7 @@ fn deposed_leader_is_told_everywhere_and_cannot_end_the_new_term() {
 // Found (fixed since): the term lives on the campaign's session, granted when the campaign began and never refreshed on winning; it expires 2 s after that grant, 0.5 s into the term.
 #[test]
 fn a_standby_elected_late_in_its_beat_driven_session_keeps_its_term_for_the_lease_duration() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(2);
     let ea = on_beat(&server, ttl);
@@ -325,7 +269,7 @@ fn a_standby_elected_late_in_its_beat_driven_session_keeps_its_term_for_the_leas
 // Found (fixed since): Leadership::is_lost only checks its own deadline (term start + lease duration), not the session's local deadline, which passed 0.5 s into the term.
 #[test]
 fn a_leader_whose_session_ran_out_does_not_believe_in_its_term_while_another_leads() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(2);
     let ea = on_beat(&server, ttl);
@@ -422,7 +366,7 @@ fn role_frozen_leader() {
 #[test]
 fn frozen_leader_over_a_hung_etcd_leader_is_replaced_and_fenced() {
     child_dispatch();
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let t = "frozen_leader_over_a_hung_etcd_leader_is_replaced_and_fenced";
     let mut kid = child(t, "frozen_leader", &cluster.endpoint(0), "frozen")
@@ -506,7 +450,7 @@ fn frozen_leader_over_a_hung_etcd_leader_is_replaced_and_fenced() {
 // FAILS on main (intermittently: when the kill breaks a request in flight): the blocked campaign returns Backend(Request{withdraw, broken pipe}); same cause as a_blocked_campaign_survives_a_member_that_hangs_under_it.
 #[test]
 fn member_killed_and_restarted_mid_campaign() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let ttl = Duration::from_secs(2);
     let timeout = Duration::from_secs(1);
@@ -598,7 +542,7 @@ fn member_killed_and_restarted_mid_campaign() {
 // Found (fixed since): Elector::campaign waits in retry_period slices (lead_timeout(50 ms)); the re-claim through the hung member times out (1 s) with no time left in its slice, so wait_first returns the Timeout and campaign propagates it as Backend.
 #[test]
 fn a_blocked_campaign_survives_a_member_that_hangs_under_it() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let ttl = Duration::from_secs(2);
     let timeout = Duration::from_secs(1);
@@ -648,7 +592,7 @@ fn a_blocked_campaign_survives_a_member_that_hangs_under_it() {
 /// the fence key's whole history (a watch from revision 1) never goes down.
 #[test]
 fn fenced_key_refuses_an_older_token_delivered_late_through_a_hung_member() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let hung = (cluster.leader() + 1) % 3;
     let ttl = Duration::from_secs(2);
@@ -726,7 +670,7 @@ fn fenced_key_refuses_an_older_token_delivered_late_through_a_hung_member() {
 /// error, never a write.
 #[test]
 fn fenced_key_honours_a_mark_set_by_etcdctl_and_refuses_to_write_over_garbage() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let etcd = background(&server, Duration::from_secs(1));
     let res = EtcdFencedKey::new(&etcd, "ctl/res").expect("res");
@@ -761,7 +705,7 @@ fn fenced_key_honours_a_mark_set_by_etcdctl_and_refuses_to_write_over_garbage() 
 /// already over" and resign never ends a newer term.
 #[test]
 fn leader_key_deleted_by_etcdctl_is_noticed_and_cannot_end_the_next_term() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(1);
     let etcd = on_beat(&server, ttl);
@@ -798,7 +742,7 @@ fn leader_key_deleted_by_etcdctl_is_noticed_and_cannot_end_the_next_term() {
 // Found (fixed since): the claim is made on the session granted by acquire's first attempt 1.5 s earlier and never refreshed; its local deadline (and the server's expiry) is 0.5 s after the claim.
 #[test]
 fn on_beat_claim_won_late_in_a_wait_lasts_a_ttl_from_the_claim() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(2);
     let h = EtcdLease::new(&background(&server, ttl), "ob/lease", 0u64).expect("h");
@@ -836,7 +780,7 @@ fn on_beat_claim_won_late_in_a_wait_lasts_a_ttl_from_the_claim() {
 // FAILS on main (intermittently, about 1 run in 3): after the late beat said false (and is_lost true, is_current false), read/write of the old claim still succeed while the background revoke has not landed: read/write/release do not check the session's local loss first (is_current does).
 #[test]
 fn a_late_beat_never_resurrects_a_beat_driven_claim() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(1);
     let a = EtcdLease::new(&on_beat(&server, ttl), "lb/lease", 0u64).expect("a");
@@ -912,7 +856,7 @@ fn a_late_beat_never_resurrects_a_beat_driven_claim() {
 /// touch the rival's permits.
 #[test]
 fn permit_guards_and_plain_permits_under_loss() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(1);
     let etcd = background(&server, ttl);
@@ -986,7 +930,7 @@ fn permit_guards_and_plain_permits_under_loss() {
 // Found (fixed since): give_permit deletes any holder key by its token (fenced_delete), without checking that the permit is one of this handle's (session owned / in `held`).
 #[test]
 fn a_permit_is_given_once_and_only_by_its_own_handle() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(1);
     let a = EtcdSemaphore::open(&background(&server, ttl), "gt/pool", 1).expect("a");
@@ -1026,7 +970,7 @@ fn a_permit_is_given_once_and_only_by_its_own_handle() {
 // Found (fixed since): PermitPool::give clones `held.last()` under the lock and deletes it after; concurrent gives pick the same permit, all but one get Ok(false), the other permits leak in `held` and the pool starves.
 #[test]
 fn threads_sharing_a_pool_handle_give_what_they_took() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let pool = EtcdSemaphore::open(&background(&server, Duration::from_secs(2)), "th/pool", 6)
         .expect("pool");
@@ -1068,7 +1012,7 @@ fn threads_sharing_a_pool_handle_give_what_they_took() {
 /// the pool ends full.
 #[test]
 fn threads_sharing_pool_handles_never_exceed_max_and_lose_no_permit() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(2);
     let a = EtcdSemaphore::open(&background(&server, ttl), "tm/pool", 3).expect("a");
@@ -1145,7 +1089,7 @@ fn threads_sharing_pool_handles_never_exceed_max_and_lose_no_permit() {
 /// other handle releases all waiting threads get one claim of a larger generation.
 #[test]
 fn threads_sharing_a_lease_handle_share_one_claim() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(2);
     let etcd = background(&server, ttl);
@@ -1198,7 +1142,7 @@ fn threads_sharing_a_lease_handle_share_one_claim() {
 // Found (fixed since): a sibling thread's attempt that created the key while the other handle held withdraws it (fenced by the same create revision) right after another thread's else-branch attempt returned it as the claim.
 #[test]
 fn a_claim_returned_to_one_thread_is_not_withdrawn_by_a_sibling() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(2);
     let a = EtcdLease::new(&background(&server, ttl), "sib/lease", 0u64).expect("a");
@@ -1256,7 +1200,7 @@ fn a_claim_returned_to_one_thread_is_not_withdrawn_by_a_sibling() {
 // Found (fixed since): Session::drop skips the revoke when a tokio runtime is current (and aborts the keep-alive), so the claim and permit stay blocked until the TTL runs out.
 #[test]
 fn dropping_handles_inside_a_tokio_runtime_releases_at_once() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let ttl = Duration::from_secs(2);
     let rival_l = EtcdLease::new(&background(&server, ttl), "dr/lease", 0u64).expect("rival");
@@ -1326,7 +1270,7 @@ fn dropping_handles_inside_a_tokio_runtime_releases_at_once() {
 /// still counts it, `give` returns it); a guard dropped on a plain thread gives at once.
 #[test]
 fn a_permit_guard_dropped_inside_a_runtime_stays_with_the_handle() {
-    let _one = one();
+    let _one = serial();
     let server = EtcdServer::start();
     let pool = EtcdSemaphore::open(&background(&server, Duration::from_secs(2)), "gd/pool", 2)
         .expect("pool");

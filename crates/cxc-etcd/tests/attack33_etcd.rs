@@ -67,71 +67,20 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{EtcdCluster, child, max_overlap, mono_ns};
+use common::{
+    EtcdCluster, child, connect, elector, keys_under, max_overlap, mono_ns, rt, serial,
+    starting_with,
+};
 use cxc_etcd::{
-    ElectionBackend, Etcd, EtcdElection, EtcdError, EtcdFencedKey, EtcdLease, EtcdOptions,
-    EtcdSemaphore, FencedLease, FencedResource, KeepAlive, PermitPool,
+    ElectionBackend, Etcd, EtcdElection, EtcdError, EtcdFencedKey, EtcdLease, EtcdSemaphore,
+    FencedLease, FencedResource, KeepAlive, PermitPool,
 };
 use cxc_sync::election::{ElectionConfig, ElectionError, ElectionEvent, Elector, Renewal};
 use cxc_testkit::{Proc, Rng, arg, fields, path_arg, report, wait_until};
 
-/// One cluster or server at a time (timing-sensitive scenarios on a small machine).
-static ONE: Mutex<()> = Mutex::new(());
-
-fn one() -> std::sync::MutexGuard<'static, ()> {
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// If this process is a child, plays its role and exits.
 fn child_dispatch() {
     cxc_testkit::play_role!(role_frozen_holder, role_pool_taker);
-}
-
-fn connect(endpoints: &[String], ttl: Duration, keep_alive: KeepAlive, request: Duration) -> Etcd {
-    let opts = EtcdOptions::default()
-        .ttl(ttl)
-        .keep_alive(keep_alive)
-        .request_timeout(request)
-        .connect_timeout(Duration::from_millis(500));
-    Etcd::connect(endpoints, opts).expect("connect")
-}
-
-fn elector(etcd: &Etcd, name: &str, id: &str, lease: Duration) -> Elector<EtcdElection> {
-    let b = EtcdElection::new(etcd, name).expect("election");
-    let cfg = ElectionConfig::new(id)
-        .lease_duration(lease)
-        .retry_period(Duration::from_millis(50));
-    Elector::new(b, cfg).expect("elector")
-}
-
-/// `endpoints` rotated so that member `first` comes first (the one requests go to).
-fn starting_with(c: &EtcdCluster, first: usize) -> Vec<String> {
-    let mut e = c.endpoints();
-    e.rotate_left(first);
-    e
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
-/// The keys under `prefix`, straight from etcd.
-fn keys_under(etcd: &Etcd, prefix: &str) -> Vec<String> {
-    let mut c = etcd.client();
-    let opts = etcd_client::GetOptions::new()
-        .with_prefix()
-        .with_keys_only();
-    match rt().block_on(async move { c.get(prefix, Some(opts)).await }) {
-        Ok(r) => r
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect(),
-        Err(e) => panic!("get {prefix}: {e}"),
-    }
 }
 
 /// Every etcd lease (session) the server knows.
@@ -191,7 +140,7 @@ fn timed(name: &'static str, f: impl FnOnce() -> String) -> Outcome {
 /// timeout had passed).
 #[test]
 fn campaign_without_quorum_follows_the_blocked_wait_retry_rule() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let request = Duration::from_secs(2);
     let ttl = Duration::from_secs(4);
@@ -350,7 +299,7 @@ fn role_frozen_holder() {
 #[test]
 fn a_sigstopped_holder_never_believes_it_holds_what_a_rival_was_given() {
     child_dispatch();
-    let _one = one();
+    let _one = serial();
     let cluster = EtcdCluster::start(1);
     let dir = tempfile::tempdir().expect("tempdir");
     let t = "a_sigstopped_holder_never_believes_it_holds_what_a_rival_was_given";
@@ -614,7 +563,7 @@ fn when_go(go: &AtomicBool) {
 /// it waited for, within a few seconds of the release.
 #[test]
 fn blocked_waits_survive_a_hung_etcd_leader() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let wrong = failover_round(&mut cluster, "hang", false, false).expect("round");
     assert!(
@@ -638,7 +587,7 @@ fn blocked_waits_survive_a_hung_etcd_leader() {
 /// leader").
 #[test]
 fn blocked_waits_survive_the_etcd_leader_being_killed() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let mut wrong = Vec::new();
     let mut rounds = 0;
@@ -711,7 +660,7 @@ impl Holds {
 /// until the 1 s re-try bound rescues it: every handoff well below 1 s; no two holders.
 #[test]
 fn a_compaction_storm_never_strands_a_waiter() {
-    let _one = one();
+    let _one = serial();
     let cluster = EtcdCluster::start(1);
     let eps = cluster.endpoints();
     let ttl = Duration::from_secs(2);
@@ -910,7 +859,7 @@ fn role_pool_taker() {
 #[test]
 fn pool_takers_sigstopped_mid_take_never_believe_more_than_max() {
     child_dispatch();
-    let _one = one();
+    let _one = serial();
     let cluster = EtcdCluster::start(1);
     let dir = tempfile::tempdir().expect("tempdir");
     let t = "pool_takers_sigstopped_mid_take_never_believe_more_than_max";
@@ -1015,7 +964,7 @@ fn pool_takers_sigstopped_mid_take_never_believe_more_than_max() {
 /// back to an older token, and no two terms share a token.
 #[test]
 fn fencing_holds_across_etcd_leader_churn() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let ttl = Duration::from_secs(2);
     let request = Duration::from_secs(1);
@@ -1142,7 +1091,7 @@ fn fencing_holds_across_etcd_leader_churn() {
 /// older leader than one it saw before, and must see the newest once the changes stop.
 #[test]
 fn an_observer_through_a_restarted_member_never_sees_leadership_go_back() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let ttl = Duration::from_secs(2);
     let request = Duration::from_secs(1);
@@ -1279,7 +1228,7 @@ fn an_observer_through_a_restarted_member_never_sees_leadership_go_back() {
 /// left on the server.
 #[test]
 fn many_handles_on_one_connection_dropped_mid_contention() {
-    let _one = one();
+    let _one = serial();
     let cluster = EtcdCluster::start(1);
     let ttl = Duration::from_secs(2);
     let shared = connect(
@@ -1451,7 +1400,7 @@ fn many_handles_on_one_connection_dropped_mid_contention() {
 /// holder whose claim or permit "anyone else can be given".
 #[test]
 fn a_timed_out_release_applied_late_leaves_the_holder_believing() {
-    let _one = one();
+    let _one = serial();
     let mut cluster = EtcdCluster::start(3);
     let ttl = Duration::from_secs(4);
     let request = Duration::from_secs(1);
@@ -1648,7 +1597,7 @@ fn a_payload_of_any_zerocopy_type_is_written() {
             if kept == [7u8; N] { "new" } else { "other" },
         )
     }
-    let _one = one();
+    let _one = serial();
     let cluster = EtcdCluster::start(1);
     let endpoints = cluster.endpoints();
     // A big stack: the payloads are passed by value.

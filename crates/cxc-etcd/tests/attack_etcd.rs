@@ -10,70 +10,31 @@
 
 mod common;
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{EtcdCluster, child, linger};
-use cxc_etcd::{Etcd, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, PermitPool};
+use common::{EtcdCluster, child, keys_under, linger, others, serial, starting_with};
+use cxc_etcd::{
+    Etcd, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, KeepAlive, PermitPool,
+};
 use cxc_testkit::{arg, fields, path_arg, report, wait_for_path};
 
 const TTL: Duration = Duration::from_secs(2);
 
-/// One cluster at a time (timing-sensitive scenarios on a small machine).
-static ONE_CLUSTER: Mutex<()> = Mutex::new(());
-
-/// A fresh 3-member cluster (holding [`ONE_CLUSTER`]) and one of its followers.
+/// A fresh 3-member cluster (holding [`serial`]) and one of its followers.
 fn three_members() -> (std::sync::MutexGuard<'static, ()>, EtcdCluster, usize) {
-    let one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let one = serial();
     let cluster = EtcdCluster::start(3);
     let leader = cluster.leader();
     (one, cluster, (leader + 1) % 3)
 }
 
 fn connect(endpoints: &[String], request_timeout: Duration) -> Etcd {
-    let opts = EtcdOptions::default()
-        .ttl(TTL)
-        .request_timeout(request_timeout)
-        .connect_timeout(Duration::from_millis(500));
-    Etcd::connect(endpoints, opts).expect("connect")
-}
-
-/// `endpoints` rotated so that member `first` comes first (the one requests go to).
-fn starting_with(c: &EtcdCluster, first: usize) -> Vec<String> {
-    let mut e = c.endpoints();
-    e.rotate_left(first);
-    e
+    common::connect(endpoints, TTL, KeepAlive::Background, request_timeout)
 }
 
 /// If this process is a child, plays its role and exits.
 fn child_dispatch() {
     cxc_testkit::play_role!(role_stopped_holder);
-}
-
-/// The members other than `i`.
-fn others(c: &EtcdCluster, i: usize) -> Vec<String> {
-    let mut e = c.endpoints();
-    e.remove(i);
-    e
-}
-
-/// The keys under `prefix` (straight from etcd, through `etcd`'s client).
-fn keys_under(etcd: &Etcd, prefix: &str) -> Vec<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut client = etcd.client();
-    rt.block_on(async move {
-        let opts = etcd_client::GetOptions::new()
-            .with_prefix()
-            .with_keys_only();
-        let resp = client.get(prefix, Some(opts)).await.expect("get");
-        resp.kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect()
-    })
 }
 
 /// A waiting `acquire` and `take_permit` that time out on a held name leave nothing

@@ -11,18 +11,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::EtcdCluster;
+use common::{EtcdCluster, others, serial, starting_with};
 use cxc_etcd::{
-    Etcd, EtcdClaim, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, PermitPool,
+    Etcd, EtcdClaim, EtcdError, EtcdLease, EtcdSemaphore, FencedLease, KeepAlive, PermitPool,
 };
 
 const TTL: Duration = Duration::from_secs(2);
 
-/// One cluster at a time: the scenarios measure timing, and three clusters at once on a
-/// small machine would measure each other.
-static ONE_CLUSTER: Mutex<()> = Mutex::new(());
-
-/// A fresh 3-member cluster (holding [`ONE_CLUSTER`] while the guard lives), its
+/// A fresh 3-member cluster (holding [`serial`] while the guard lives), its
 /// leader, and a follower.
 fn three_members() -> (
     std::sync::MutexGuard<'static, ()>,
@@ -30,25 +26,14 @@ fn three_members() -> (
     usize,
     usize,
 ) {
-    let one = ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner());
+    let one = serial();
     let cluster = EtcdCluster::start(3);
     let leader = cluster.leader();
     (one, cluster, leader, (leader + 1) % 3)
 }
 
 fn connect(endpoints: &[String], request_timeout: Duration) -> Etcd {
-    let opts = EtcdOptions::default()
-        .ttl(TTL)
-        .request_timeout(request_timeout)
-        .connect_timeout(Duration::from_millis(500));
-    Etcd::connect(endpoints, opts).expect("connect")
-}
-
-/// `endpoints` rotated so that member `first` comes first.
-fn starting_with(c: &EtcdCluster, first: usize) -> Vec<String> {
-    let mut e = c.endpoints();
-    e.rotate_left(first);
-    e
+    common::connect(endpoints, TTL, KeepAlive::Background, request_timeout)
 }
 
 /// `n` holders of the leases `<name>/lease<i>`, each on its own connection to all
@@ -68,13 +53,6 @@ fn holders(
             (lease, claim)
         })
         .collect()
-}
-
-/// The members other than `i`.
-fn others(c: &EtcdCluster, i: usize) -> Vec<String> {
-    let mut e = c.endpoints();
-    e.remove(i);
-    e
 }
 
 /// One follower is SIGSTOPped for 20 s (TTL 2 s): none of 8 idle holders connected to all

@@ -4,6 +4,7 @@
 //! processes.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
+pub mod client;
 pub mod etcd;
 
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use std::time::Duration;
 pub use cxc_testkit::mono_ns;
 use cxc_testkit::{Proc, RoleCommand, find_program, wait_until};
 
+pub use client::{connect, elector, keys_under, others, revoke, rt, serial, starting_with};
 pub use etcd::{EtcdCluster, EtcdServer};
 
 /// How long a child waits for its parent before giving up (the parent failed then).
