@@ -14,8 +14,8 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{
-    EtcdCluster, EtcdServer, child, connect, elector, etcdctl_command, keys_under, max_overlap,
-    mono_ns, others, revoke, rt, serial,
+    EtcdCluster, EtcdServer, child, connect, elector, etcdctl_command, keys_under, log_tokens,
+    max_overlap, mono_ns, others, revoke, rt, serial, starting_with,
 };
 use cxc_etcd::{
     Etcd, EtcdFencedKey, EtcdLease, EtcdSemaphore, FencedLease, FencedResource, KeepAlive,
@@ -40,28 +40,6 @@ fn background(server: &EtcdServer, ttl: Duration) -> Etcd {
         KeepAlive::Background,
         Duration::from_secs(2),
     )
-}
-
-/// `endpoints` rotated so that member `first` comes first.
-fn starting_with(c: &EtcdCluster, first: usize) -> Vec<String> {
-    let mut e = c.endpoints();
-    e.rotate_left(first);
-    e
-}
-
-/// The tokens of an appended `token name seq;` log, checked never to go down.
-fn log_tokens(data: &[u8]) -> Vec<u64> {
-    let text = String::from_utf8(data.to_vec()).expect("utf-8");
-    let tokens: Vec<u64> = text
-        .split(';')
-        .filter(|s| !s.is_empty())
-        .map(|s| s.split(' ').next().unwrap().parse().unwrap())
-        .collect();
-    assert!(
-        tokens.windows(2).all(|w| w[0] <= w[1]),
-        "accepted writes of two terms interleave: {tokens:?}"
-    );
-    tokens
 }
 
 /// Sets the flag when dropped (also when a scope's body panics, so that its threads end).
@@ -145,7 +123,7 @@ fn racing_electors_never_share_a_term_and_tokens_strictly_increase() {
         "tokens do not strictly increase in time order: {terms:?}"
     );
     let (mark, data) = res.read().expect("read");
-    let logged = log_tokens(&data);
+    let logged = log_tokens(&data, "terms");
     assert_eq!(logged, terms.iter().map(|t| t.2).collect::<Vec<_>>());
     assert_eq!(mark, terms.last().unwrap().2);
     assert!(
@@ -435,7 +413,7 @@ fn frozen_leader_over_a_hung_etcd_leader_is_replaced_and_fenced() {
         "the deposed leader's late write was accepted: {evs:?}"
     );
     let (mark, data) = res.read().expect("read");
-    let tokens = log_tokens(&data);
+    let tokens = log_tokens(&data, "terms");
     assert_eq!(mark, tb, "log {tokens:?}");
     assert_eq!(tokens.last(), Some(&tb));
     assert!(lb.is_current().expect("is_current"));

@@ -130,16 +130,7 @@ impl Run {
     /// The distinct tokens of the fenced key's log, checked never to go down.
     fn terms(&self) -> Vec<u64> {
         let (mark, data) = EtcdFencedKey::new(&self.etcd, RES).unwrap().read().unwrap();
-        let text = String::from_utf8(data).unwrap();
-        let tokens: Vec<u64> = text
-            .split(';')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.split(' ').next().unwrap().parse().unwrap())
-            .collect();
-        assert!(
-            tokens.windows(2).all(|w| w[0] <= w[1]),
-            "accepted writes of two leaders interleave: {tokens:?}"
-        );
+        let tokens = common::log_tokens(&data, "leaders");
         assert_eq!(tokens.last().copied().unwrap_or(0), mark);
         let mut t = tokens;
         t.dedup();

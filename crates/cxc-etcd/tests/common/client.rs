@@ -88,3 +88,19 @@ pub fn starting_with(c: &EtcdCluster, first: usize) -> Vec<String> {
     e.rotate_left(first);
     e
 }
+
+/// The tokens of an appended `<token> <rest>;` log (a fenced key's writes), checked never
+/// to go down: writes of two `holders` (terms, leaders) must not interleave.
+pub fn log_tokens(data: &[u8], holders: &str) -> Vec<u64> {
+    let text = String::from_utf8(data.to_vec()).expect("utf-8");
+    let tokens: Vec<u64> = text
+        .split(';')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] <= w[1]),
+        "accepted writes of two {holders} interleave: {tokens:?}"
+    );
+    tokens
+}

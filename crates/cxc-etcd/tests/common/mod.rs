@@ -16,7 +16,9 @@ use std::time::Duration;
 pub use cxc_testkit::mono_ns;
 use cxc_testkit::{Proc, RoleCommand, find_program, wait_until};
 
-pub use client::{connect, elector, keys_under, others, revoke, rt, serial, starting_with};
+pub use client::{
+    connect, elector, keys_under, log_tokens, others, revoke, rt, serial, starting_with,
+};
 pub use etcd::{EtcdCluster, EtcdServer};
 
 /// How long a child waits for its parent before giving up (the parent failed then).
