@@ -12,17 +12,19 @@ use super::word::Word;
 use crate::primitive::Ordering;
 
 /// Aborts an unfinished `with_lease` if its closure panics: nothing is published, and a
-/// claim the call made is released (`release`).
+/// claim the call made is released (`release`). Not in a child the closure forked: the
+/// claim and its WRITE are the parent's (`proc`), which goes on with them.
 struct AbortOnUnwind<'a> {
     state: &'a LeaseState,
     word: Word,
     armed: bool,
     release: bool,
+    proc: u32,
 }
 
 impl Drop for AbortOnUnwind<'_> {
     fn drop(&mut self) {
-        if self.armed {
+        if self.armed && my_proc() == self.proc {
             self.state.abort_write(self.word, self.release);
         }
     }
@@ -159,8 +161,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// then nothing is published, ever: a claim superseded or released while `f` runs
     /// cannot publish, and its staging buffer stays in quarantine until this call returns.
     /// If `f` panics nothing is published, and a claim this call made is released.
+    ///
+    /// If `f` forks, the child's `with_lease` returns `None` and touches nothing shared:
+    /// the claim is the parent's, and only the parent publishes `f`'s result or releases.
     pub fn with_lease<R>(&self, my_pid: u32, grace: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         let st = self.state();
+        // The process that makes (or holds) the claim; checked again after `f`, which
+        // may fork (a child must neither fill the staging buffer nor publish).
+        let proc = my_proc();
         let claimed = self.claim_now(my_pid, grace, true);
         match claimed {
             Some(Granted { word, .. }) => {
@@ -172,9 +180,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     word,
                     armed: true,
                     release: true,
+                    proc,
                 };
                 let mut value: T = from_words(&st.read_published(word))?;
                 let r = f(&mut value);
+                if my_proc() != proc {
+                    guard.armed = false;
+                    return None;
+                }
                 st.fill(word, &to_words(&value), words_for::<T>());
                 guard.armed = false;
                 let left = st.publish_word(word, true)?;
@@ -195,9 +208,14 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     word,
                     armed: true,
                     release: false,
+                    proc,
                 };
                 let mut value: T = from_words(&st.read_published(word))?;
                 let r = f(&mut value);
+                if my_proc() != proc {
+                    guard.armed = false;
+                    return None;
+                }
                 st.fill(word, &to_words(&value), words_for::<T>());
                 guard.armed = false;
                 let left = st.publish_word(word, false)?;
