@@ -9,7 +9,7 @@ use super::error::SemaphoreError;
 use super::handle::SharedSemaphore;
 use super::layout::ctr;
 use super::word::{
-    BookWord, CountWord, STATE_ACTIVE, identity_tag, owner_parts, owner_word,
+    BookWord, CountWord, STATE_ACTIVE, STATE_RECLAIMING, identity_tag, owner_parts, owner_word,
 };
 use crate::holders::{find_or_claim, reclaimable};
 use crate::liveness;
@@ -60,8 +60,10 @@ impl SharedSemaphore {
 
     /// Returns the permits of every holder whose process has died (the whole thread
     /// group gone, or its pid now names another process) and frees their slots. Also
-    /// finishes reclaims abandoned by reclaimers that died. Returns the number of
-    /// permits returned to the pool.
+    /// finishes reclaims abandoned by reclaimers that died, and those an earlier image of
+    /// this process left (a draining thread ended by `exec`). Returns the number of
+    /// permits returned to the pool. A reclaim running in a live process that is stopped
+    /// is left to it: those permits come back when it continues or dies.
     pub fn reclaim_dead(&self) -> u32 {
         self.reclaim_noted(false)
     }
@@ -94,6 +96,7 @@ impl SharedSemaphore {
         while let Err(now) = raw.help(c) {
             c = now;
         }
+        let mine = owner_word(STATE_RECLAIMING, me.pid, my_tag);
         for (d, slot) in raw.slots.iter().enumerate() {
             let seen = slot.owner.load(Ordering::Acquire);
             // The blocked-acquirer variant skips dead holders that hold nothing (the
@@ -103,10 +106,31 @@ impl SharedSemaphore {
                 && owner_parts(seen).0 == STATE_ACTIVE
                 && c.author() != Some(d)
                 && BookWord(slot.book.load(Ordering::Acquire)).held() == 0;
-            if skip || !reclaimable(seen, me.pid, my_tag) || !raw.take_over(d, seen, me.pid, my_tag)
-            {
+            if skip {
                 continue;
             }
+            // A reclaim under this very identity that no thread of this image runs was
+            // left by an earlier image of this process: an `exec` ended its draining
+            // thread, and the identity (pid, pidfs inode or start time) stays. Finished
+            // here, alone (`DrainGate`): while no other drain of this image runs, no
+            // thread of it can be the one that took the slot over.
+            let _gate = if seen == mine {
+                match DrainGate::enter(true) {
+                    Some(g) if slot.owner.load(Ordering::Acquire) == mine => g,
+                    _ => continue,
+                }
+            } else {
+                if !reclaimable(seen, me.pid, my_tag) {
+                    continue;
+                }
+                let Some(g) = DrainGate::enter(false) else {
+                    continue;
+                };
+                if !raw.take_over(d, seen, me.pid, my_tag) {
+                    continue;
+                }
+                g
+            };
             let returned = raw.drain(d);
             raw.free(d, me.pid, my_tag);
             raw.bump(ctr::RECLAIMED_PERMITS, u64::from(returned));
@@ -117,5 +141,51 @@ impl SharedSemaphore {
             raw.wake_sleepers(total);
         }
         total
+    }
+}
+
+/// The drains of dead holders this process image runs (from `take_over` to `free`), over
+/// all its handles and threads: `token << 32 | EXCLUSIVE? | count`, keyed by the lineage
+/// token so that a forked child, whose copy may count its parent's drains (threads it
+/// does not have), starts from none.
+static DRAINS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// One drain's place in [`DRAINS`]; leaves it on drop.
+struct DrainGate {
+    exclusive: bool,
+}
+
+impl DrainGate {
+    const EXCLUSIVE: u64 = 1 << 31;
+
+    /// Enters as one more drain, or (`exclusive`) as the only one; `None` if that cannot
+    /// be now (an exclusive drain runs, or any drain does). The caller skips the slot and
+    /// a later scan (every 20 ms while an acquirer waits) tries again.
+    fn enter(exclusive: bool) -> Option<DrainGate> {
+        let me = u64::from(liveness::current_proc()) << 32;
+        let mut v = DRAINS.load(Ordering::SeqCst);
+        loop {
+            let cur = if v & !0xFFFF_FFFF == me { v & 0xFFFF_FFFF } else { 0 };
+            let next = match exclusive {
+                true if cur != 0 => return None,
+                true => me | Self::EXCLUSIVE,
+                false if cur & Self::EXCLUSIVE != 0 => return None,
+                false => me | (cur + 1),
+            };
+            match DRAINS.compare_exchange(v, next, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Some(DrainGate { exclusive }),
+                Err(now) => v = now,
+            }
+        }
+    }
+}
+
+impl Drop for DrainGate {
+    fn drop(&mut self) {
+        // The thread that entered leaves, in the same process: the token is unchanged.
+        DRAINS.fetch_sub(
+            if self.exclusive { Self::EXCLUSIVE } else { 1 },
+            Ordering::SeqCst,
+        );
     }
 }

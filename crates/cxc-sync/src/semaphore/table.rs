@@ -8,6 +8,7 @@
 //! | free (0)                  | active(pid, tag)          | registration (`claim_free`) |
 //! | active(dead process)      | reclaiming(me)            | a reclaimer (`take_over`)  |
 //! | reclaiming(dead reclaimer)| reclaiming(me)            | the next reclaimer         |
+//! | reclaiming(me), left by an earlier image (`exec`) | (kept)  | me, alone in this image (`holder.rs`) |
 //! | reclaiming(me)            | free (0)                  | me, after `drain` (`free`) |
 
 use super::layout::ctr;
