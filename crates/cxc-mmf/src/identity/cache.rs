@@ -187,17 +187,22 @@ fn proc_token_slow() -> u32 {
         if t != 0 {
             return t as u32;
         }
-        // One token per process, whichever thread takes it first.
+        // One token per process, whichever thread takes it first. The lineage records
+        // the candidate before the token is published: a fork in between would otherwise
+        // give a child whose copy of memory may already key state by the token (another
+        // thread read it) the same token, since the child's wiped page makes it take
+        // `LINEAGE + 1` again. Recorded first, a child forked once the token is visible
+        // takes a larger one; one forked before has no state keyed by it.
         let candidate = match LINEAGE.load(Ordering::SeqCst).wrapping_add(1) {
             0 => 1,
             c => c,
         };
+        LINEAGE.fetch_max(candidate, Ordering::SeqCst);
         if cache
             .proc
             .compare_exchange(0, u64::from(candidate), Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            LINEAGE.fetch_max(candidate, Ordering::SeqCst);
             return candidate;
         }
     }
