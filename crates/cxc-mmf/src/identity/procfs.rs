@@ -130,11 +130,19 @@ pub(super) fn any_task_alive(pid: u32) -> Option<bool> {
     Some(false)
 }
 
-/// Whether every thread that `/proc/<pid>/task` lists has `flag` in its task flags
-/// (field 9 of its `stat`); a thread gone since the listing counts as having it, and so
-/// does a process whose task directory is gone. `None` when `/proc` cannot tell.
-/// Allocation-free: one directory listing, then each thread's `stat` opened relative to
-/// the task directory, stopping at the first thread without `flag`.
+/// Most threads [`all_tasks_flagged`] follows; a process with more cannot be told
+/// (`None`), and callers then wait for its death.
+const MAX_FLAGGED_TASKS: usize = 512;
+
+/// Whether every thread of process `pid` has `flag` in its task flags (field 9 of its
+/// `stat`), judged from a listing of `/proc/<pid>/task` that no thread escaped: every
+/// listed thread's `stat` shows `flag`, and a second listing, taken after those reads,
+/// names no thread the first did not. A thread that vanished between the listing and its
+/// read gives `Some(false)` (it may have started a successor and ended normally, or
+/// handed its tid to a thread that `exec`s: neither is an exit of the process), and so
+/// does a thread new in the second listing; the caller looks again later. `Some(true)`
+/// also for a process whose task directory is gone. `None` when `/proc` cannot tell, or
+/// for more than [`MAX_FLAGGED_TASKS`] threads. Allocation-free.
 pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
     let dirfd = match open_task_dir(pid)? {
         Ok(fd) => fd,
@@ -146,14 +154,17 @@ pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
         }
         Err(_) => return None,
     };
+    let mut listed = [0u32; MAX_FLAGGED_TASKS];
+    let mut n = 0;
     let mut buf = [MaybeUninit::<u8>::uninit(); 2048];
     let mut dir = rustix::fs::RawDir::new(&dirfd, &mut buf);
     while let Some(entry) = dir.next() {
         let Ok(entry) = entry else { return None };
-        let name = entry.file_name().to_bytes();
-        let Some(tid) = parse_u32(name) else {
+        let Some(tid) = parse_u32(entry.file_name().to_bytes()) else {
             continue; // "." and ".."
         };
+        *listed.get_mut(n)? = tid;
+        n += 1;
         let mut rel = PathBuf::new();
         rel.push_u32(tid);
         rel.push(b"/stat");
@@ -165,13 +176,13 @@ pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
             Mode::empty(),
         ) {
             Ok(fd) => fd,
-            // The thread is gone since the listing.
-            Err(Errno::NOENT) | Err(Errno::SRCH) => continue,
+            // Gone since the listing: not known to have exited with the process.
+            Err(Errno::NOENT) | Err(Errno::SRCH) => return Some(false),
             Err(_) => return None,
         };
         let mut stat = [0u8; 1024];
         let len = match read_full(&fd, &mut stat) {
-            Ok(0) | Err(Errno::SRCH) => continue,
+            Ok(0) | Err(Errno::SRCH) => return Some(false),
             Ok(len) => len,
             Err(_) => return None,
         };
@@ -179,6 +190,23 @@ pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
             Some(f) if f & flag != 0 => {}
             Some(_) => return Some(false),
             None => return None,
+        }
+    }
+    // A thread started after the listing by one that has since taken `flag` (or ended)
+    // is in a second listing; it would otherwise go unseen.
+    let again = match open_task_dir(pid)? {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) | Err(Errno::SRCH) => return Some(true),
+        Err(_) => return None,
+    };
+    let mut dir = rustix::fs::RawDir::new(&again, &mut buf);
+    while let Some(entry) = dir.next() {
+        let Ok(entry) = entry else { return None };
+        let Some(tid) = parse_u32(entry.file_name().to_bytes()) else {
+            continue;
+        };
+        if !listed[..n].contains(&tid) {
+            return Some(false);
         }
     }
     Some(true)
