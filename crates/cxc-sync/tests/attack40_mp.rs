@@ -59,7 +59,13 @@ fn me() -> u32 {
 fn exec_self(test: &str, role: &str, k: u64) -> ! {
     let exe = std::env::current_exe().unwrap();
     let err = std::process::Command::new(exe)
-        .args(["--exact", test, "--include-ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            test,
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(cxc_testkit::ROLE_VAR, role)
         .env(format!("{}K", cxc_testkit::ARG_VAR_PREFIX), k.to_string())
         .exec();
@@ -70,7 +76,8 @@ fn exec_self(test: &str, role: &str, k: u64) -> ! {
 // 1. A counter incremented by updaters whose closures fork, under SIGSTOP.
 // ---------------------------------------------------------------------------------------
 
-const COUNTER: &str = "cell_counter_with_forking_update_closures_and_stops_loses_and_doubles_nothing";
+const COUNTER: &str =
+    "cell_counter_with_forking_update_closures_and_stops_loses_and_doubles_nothing";
 
 fn code(r: &Result<cxc_sync::Written, WriteError>) -> &'static str {
     match r {
@@ -237,7 +244,10 @@ fn cell_counter_with_forking_update_closures_and_stops_loses_and_doubles_nothing
         let r = reader.join().unwrap();
         eprintln!("updater reports: {reps:?}");
         for l in &reps {
-            assert!(!l.starts_with("TORN"), "an update closure got a torn input: {l}");
+            assert!(
+                !l.starts_with("TORN"),
+                "an update closure got a torn input: {l}"
+            );
         }
         let mut totals: HashMap<&str, u64> = HashMap::new();
         for l in reps.iter().filter(|l| l.starts_with("ok=")) {
@@ -294,10 +304,13 @@ fn cell_counter_with_forking_update_closures_and_stops_loses_and_doubles_nothing
         assert!(forks > 5, "too few forks to mean anything: {forks}");
         assert!(totals["ok"] > 1000, "the updaters hardly ran: {totals:?}");
         assert_eq!(
-            final_v[0], ok,
+            final_v[0],
+            ok,
             "S5: the counter ({}) is not the number of successful updates ({} by updaters \
              + {ok_children} by forked children): an increment was {}",
-            final_v[0], totals["ok"], if final_v[0] < ok { "lost" } else { "doubled" }
+            final_v[0],
+            totals["ok"],
+            if final_v[0] < ok { "lost" } else { "doubled" }
         );
         r
     });
@@ -309,7 +322,8 @@ fn cell_counter_with_forking_update_closures_and_stops_loses_and_doubles_nothing
 // 2. A read hold cut by another thread's exec.
 // ---------------------------------------------------------------------------------------
 
-const EXEC_READ: &str = "rwlock_read_hold_cut_by_exec_is_kept_while_the_process_lives_then_reclaimed";
+const EXEC_READ: &str =
+    "rwlock_read_hold_cut_by_exec_is_kept_while_the_process_lives_then_reclaimed";
 
 /// Role (image 1): a thread takes a read lock and keeps it; the main thread then `exec`s
 /// this binary as `reader_image2`.
@@ -384,13 +398,21 @@ fn rwlock_read_hold_cut_by_exec_is_kept_while_the_process_lives_then_reclaimed()
     let l1 = p.next_report(REPORT_WAIT);
     let l2 = p.next_report(REPORT_WAIT);
     eprintln!("{l1}\n{l2}");
-    assert_eq!(num(&l2, "pid"), u64::from(p.pid()), "the new image is the same process");
+    assert_eq!(
+        num(&l2, "pid"),
+        u64::from(p.pid()),
+        "the new image is the same process"
+    );
     assert_eq!(
         num(&l2, "readers_before"),
         1,
         "the old image's read hold is still counted after the exec: {l2}"
     );
-    assert_eq!(num(&l2, "slots_mine"), 1, "the new image took the same slot: {l2}");
+    assert_eq!(
+        num(&l2, "slots_mine"),
+        1,
+        "the new image took the same slot: {l2}"
+    );
     assert_eq!(num(&l2, "read"), 7, "{l2}");
     // Undocumented: the new image's own write lock waits for the old image's hold.
     assert!(
@@ -400,22 +422,38 @@ fn rwlock_read_hold_cut_by_exec_is_kept_while_the_process_lives_then_reclaimed()
     // Another process's writer waits too, as long as the process lives.
     let t = Instant::now();
     let other = lock.write_timeout(Duration::from_millis(1500)).is_some();
-    eprintln!("other process's write while the exec'd process lives: {other} after {:?}", t.elapsed());
-    assert!(!other, "the old image's read hold was dropped while the process lives");
+    eprintln!(
+        "other process's write while the exec'd process lives: {other} after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        !other,
+        "the old image's read hold was dropped while the process lives"
+    );
     // Its readers are not blocked once no writer waits.
-    assert_eq!(lock.read_timeout(Duration::from_secs(5)).map(|g| g.get()), Some(7));
+    assert_eq!(
+        lock.read_timeout(Duration::from_secs(5)).map(|g| g.get()),
+        Some(7)
+    );
     // The process dies: the next waiter reclaims its slot at once.
     p.kill();
     let t = Instant::now();
     let g = lock.write_timeout(Duration::from_secs(20));
     let took = t.elapsed();
-    eprintln!("after the kill: write in {took:?}; stats {:?}", lock.stats());
+    eprintln!(
+        "after the kill: write in {took:?}; stats {:?}",
+        lock.stats()
+    );
     let g = g.expect("the dead process's read hold was never reclaimed");
     g.write(8).unwrap();
     drop(g);
     assert!(took < Duration::from_secs(5), "reclaim took {took:?}");
     let snap = SharedRwLock::<()>::inspect(&path).unwrap();
-    assert!(snap.holders.iter().all(|h| h.readers == 0), "{:?}", snap.holders);
+    assert!(
+        snap.holders.iter().all(|h| h.readers == 0),
+        "{:?}",
+        snap.holders
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -455,7 +493,10 @@ fn role_exec_writer() {
         Err(WriteGuardError::Lost { .. }) => "lost",
         Err(_) => "other",
     };
-    report(format!("image={k} pid={} write={what} q={q} waited_ms={waited}", me()));
+    report(format!(
+        "image={k} pid={} write={what} q={q} waited_ms={waited}",
+        me()
+    ));
     if r.is_ok() && k < MAX_IMAGES {
         std::thread::spawn(move || exec_self(EXEC_WRITE, "exec_writer", k + 1));
         // Keeps `g` (the write lock) until the exec ends this thread.
@@ -491,7 +532,11 @@ fn rwlock_writer_reexecuting_while_holding_leaks_a_buffer_per_image_until_it_exi
     loop {
         let l = p.next_report(REPORT_WAIT);
         eprintln!("{l}");
-        assert_eq!(num(&l, "pid"), u64::from(p.pid()), "one process throughout: {l}");
+        assert_eq!(
+            num(&l, "pid"),
+            u64::from(p.pid()),
+            "one process throughout: {l}"
+        );
         let done = fields(&l)["write"] != "ok" || num(&l, "image") >= MAX_IMAGES;
         lines.push(l);
         if done {
@@ -501,7 +546,7 @@ fn rwlock_writer_reexecuting_while_holding_leaks_a_buffer_per_image_until_it_exi
     // Image k evicted image k-1: k-1 buffers quarantined when it wrote (one per image).
     for (i, l) in lines.iter().enumerate() {
         let k = i as u64 + 1;
-        assert_eq!(num(l, "q"), (k - 1).min(7) as u64, "image {k}: {l}");
+        assert_eq!(num(l, "q"), (k - 1).min(7), "image {k}: {l}");
     }
     let last = lines.last().unwrap();
     assert_eq!(
