@@ -36,12 +36,14 @@ pub fn parse_stat(bytes: &[u8]) -> Option<ProcStatus> {
     parse_stat_full(bytes).map(|(st, _)| st)
 }
 
-/// The task flags (field 9) of a `stat` file's text.
-pub(super) fn stat_flags(bytes: &[u8]) -> Option<u64> {
+/// The state letter (field 3) and the task flags (field 9) of a `stat` file's text.
+pub(super) fn stat_state_flags(bytes: &[u8]) -> Option<(u8, u64)> {
     let close = bytes.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(bytes.get(close + 1..)?).ok()?;
-    // Fields 3 (state) to 8 come first.
-    rest.split_ascii_whitespace().nth(6)?.parse().ok()
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.bytes().next()?;
+    // Fields 4 to 8 come next.
+    Some((state, fields.nth(5)?.parse().ok()?))
 }
 
 /// The status and, whatever the state letter, the start time (field 22).
@@ -134,82 +136,168 @@ pub(super) fn any_task_alive(pid: u32) -> Option<bool> {
 /// (`None`), and callers then wait for its death.
 const MAX_FLAGGED_TASKS: usize = 512;
 
-/// Whether every thread of process `pid` has `flag` in its task flags (field 9 of its
-/// `stat`), judged from a listing of `/proc/<pid>/task` that no thread escaped: every
-/// listed thread's `stat` shows `flag`, and a second listing, taken after those reads,
-/// names no thread the first did not. A thread that vanished between the listing and its
-/// read gives `Some(false)` (it may have started a successor and ended normally, or
-/// handed its tid to a thread that `exec`s: neither is an exit of the process), and so
-/// does a thread new in the second listing; the caller looks again later. `Some(true)`
-/// also for a process whose task directory is gone. `None` when `/proc` cannot tell, or
-/// for more than [`MAX_FLAGGED_TASKS`] threads. Allocation-free.
-pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
-    let dirfd = match open_task_dir(pid)? {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) | Err(Errno::SRCH) => {
-            // Gone, unless there is no `/proc` at all.
-            return rustix::fs::access(c"/proc/self/stat", Access::EXISTS)
-                .is_ok()
-                .then_some(true);
-        }
-        Err(_) => return None,
-    };
-    let mut listed = [0u32; MAX_FLAGGED_TASKS];
+/// Rounds [`all_tasks_flagged`] takes, at most, before it answers "not known".
+const FLAGGED_ROUNDS: usize = 6;
+
+/// The thread ids `/proc/<pid>/task` lists.
+type Listing = ([u32; MAX_FLAGGED_TASKS], usize);
+
+/// Lists the threads of the task directory `dirfd` from its start: `None` when `/proc`
+/// cannot tell or for more than [`MAX_FLAGGED_TASKS`] threads.
+fn list_tasks(dirfd: &rustix::fd::OwnedFd) -> Option<Listing> {
+    rustix::fs::seek(dirfd, rustix::fs::SeekFrom::Start(0)).ok()?;
+    let mut tids = [0u32; MAX_FLAGGED_TASKS];
     let mut n = 0;
     let mut buf = [MaybeUninit::<u8>::uninit(); 2048];
-    let mut dir = rustix::fs::RawDir::new(&dirfd, &mut buf);
+    let mut dir = rustix::fs::RawDir::new(dirfd, &mut buf);
     while let Some(entry) = dir.next() {
         let Ok(entry) = entry else { return None };
         let Some(tid) = parse_u32(entry.file_name().to_bytes()) else {
             continue; // "." and ".."
         };
-        *listed.get_mut(n)? = tid;
+        *tids.get_mut(n)? = tid;
         n += 1;
-        let mut rel = PathBuf::new();
-        rel.push_u32(tid);
-        rel.push(b"/stat");
-        let crel = rel.as_cstr()?;
-        let fd = match rustix::fs::openat(
-            &dirfd,
-            crel,
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            // Gone since the listing: not known to have exited with the process.
-            Err(Errno::NOENT) | Err(Errno::SRCH) => return Some(false),
-            Err(_) => return None,
-        };
-        let mut stat = [0u8; 1024];
-        let len = match read_full(&fd, &mut stat) {
-            Ok(0) | Err(Errno::SRCH) => return Some(false),
-            Ok(len) => len,
-            Err(_) => return None,
-        };
-        match stat_flags(&stat[..len]) {
-            Some(f) if f & flag != 0 => {}
-            Some(_) => return Some(false),
-            None => return None,
+    }
+    Some((tids, n))
+}
+
+/// The `stat` files of the threads [`all_tasks_flagged`] has read, kept open so that a
+/// later round reads each again with one `pread`. An open `stat` follows the thread id,
+/// not the thread: after an exec's tid exchange it shows whatever thread the id names.
+struct TaskStats {
+    tids: [u32; MAX_FLAGGED_TASKS],
+    fds: [Option<rustix::fd::OwnedFd>; MAX_FLAGGED_TASKS],
+    n: usize,
+}
+
+impl TaskStats {
+    fn new() -> Self {
+        TaskStats {
+            tids: [0; MAX_FLAGGED_TASKS],
+            fds: [const { None }; MAX_FLAGGED_TASKS],
+            n: 0,
         }
     }
-    // A thread started after the listing by one that has since taken `flag` (or ended)
-    // is in a second listing; it would otherwise go unseen.
-    let again = match open_task_dir(pid)? {
+
+    /// Thread `tid`'s state letter and task flags (`dirfd`: its process's task
+    /// directory): `Some(None)` if the thread is gone, `None` when `/proc` cannot tell.
+    fn read(&mut self, dirfd: &rustix::fd::OwnedFd, tid: u32) -> Option<Option<(u8, u64)>> {
+        let i = match self.tids[..self.n].iter().position(|&t| t == tid) {
+            Some(i) => i,
+            None => {
+                let mut rel = PathBuf::new();
+                rel.push_u32(tid);
+                rel.push(b"/stat");
+                let crel = rel.as_cstr()?;
+                let fd = match rustix::fs::openat(
+                    dirfd,
+                    crel,
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => fd,
+                    Err(Errno::NOENT) | Err(Errno::SRCH) => return Some(None),
+                    Err(_) => return None,
+                };
+                let i = self.n;
+                *self.tids.get_mut(i)? = tid;
+                self.fds[i] = Some(fd);
+                self.n += 1;
+                i
+            }
+        };
+        let fd = self.fds[i].as_ref()?;
+        let mut stat = [0u8; 1024];
+        let mut len = 0;
+        while len < stat.len() {
+            match rustix::io::pread(fd, &mut stat[len..], len as u64) {
+                Ok(0) => break,
+                Ok(k) => len += k,
+                Err(Errno::INTR) => {}
+                Err(Errno::SRCH) => return Some(None),
+                Err(_) => return None,
+            }
+        }
+        if len == 0 {
+            return Some(None);
+        }
+        stat_state_flags(&stat[..len]).map(Some)
+    }
+}
+
+/// Whether every thread of process `pid` has `flag` in its task flags (field 9 of its
+/// `stat`), judged from listings of `/proc/<pid>/task` that no thread escaped. A round
+/// lists the threads, reads each one's flags (any without `flag`: `Some(false)`), and
+/// lists them again: a thread new in the second listing (started after the first by a
+/// thread that has since taken `flag` or ended) gives `Some(false)`. A thread that
+/// vanished before it was ever read with `flag` is not taken for exiting: it may have
+/// handed its tid to a thread that `exec`s (the exec's tid exchange), so its tid can now
+/// name a thread that runs on (for the same reason a zombie under a tid other than the
+/// process's gives `Some(false)`); one read with `flag` (not a zombie) was in its exit
+/// and may vanish. The next round reads the second listing's threads again. A listing is not a snapshot (the kernel walks the thread list while threads
+/// come and go), so one can miss a thread that was just started while the thread that
+/// started it ends: the answer is `Some(true)` only after two rounds in a row in which
+/// none vanished, and `Some(false)` ("not known now", the caller looks again later)
+/// after [`FLAGGED_ROUNDS`] rounds. `Some(true)` also for a process whose task directory is
+/// gone. `None` when `/proc` cannot tell, or for more than [`MAX_FLAGGED_TASKS`]
+/// threads. Allocation-free.
+pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
+    let gone = || {
+        // Gone, unless there is no `/proc` at all.
+        rustix::fs::access(c"/proc/self/stat", Access::EXISTS)
+            .is_ok()
+            .then_some(true)
+    };
+    let dirfd = match open_task_dir(pid)? {
         Ok(fd) => fd,
-        Err(Errno::NOENT) | Err(Errno::SRCH) => return Some(true),
+        Err(Errno::NOENT) | Err(Errno::SRCH) => return gone(),
         Err(_) => return None,
     };
-    let mut dir = rustix::fs::RawDir::new(&again, &mut buf);
-    while let Some(entry) = dir.next() {
-        let Ok(entry) = entry else { return None };
-        let Some(tid) = parse_u32(entry.file_name().to_bytes()) else {
-            continue;
-        };
-        if !listed[..n].contains(&tid) {
+    let (mut tids, mut n) = list_tasks(&dirfd)?;
+    let mut stats = TaskStats::new();
+    // Threads other than the main one read with `flag` (not zombies): such a thread is
+    // in its exit for good, so its vanishing later is that exit ending, not a tid handed on.
+    let mut exiting = [0u32; MAX_FLAGGED_TASKS];
+    let mut e = 0;
+    let mut clean = 0;
+    for _ in 0..FLAGGED_ROUNDS {
+        let mut vanished = false;
+        for &tid in &tids[..n] {
+            if exiting[..e].contains(&tid) {
+                // In its exit for good: an exec hands on only the tids of the thread that
+                // calls it (never in its exit) and of the main thread (always read again).
+                continue;
+            }
+            match stats.read(&dirfd, tid)? {
+                // Only the main thread waits as a zombie for the rest of the group; a
+                // zombie under another tid is the old main thread behind the tid that an
+                // exec'ing thread gave up (or a traced thread): the thread it named runs on.
+                Some((b'Z', _)) if tid != pid => return Some(false),
+                Some((_, f)) if f & flag != 0 => {
+                    if tid != pid && !exiting[..e].contains(&tid) {
+                        *exiting.get_mut(e)? = tid;
+                        e += 1;
+                    }
+                }
+                Some(_) => return Some(false),
+                None => vanished = true,
+            }
+        }
+        let (next, m) = list_tasks(&dirfd)?;
+        if m == 0 {
+            // Every thread released: the process is gone (or going).
+            return gone();
+        }
+        if next[..m].iter().any(|t| !tids[..n].contains(t)) {
             return Some(false);
         }
+        clean = if vanished { 0 } else { clean + 1 };
+        if clean == 2 {
+            return Some(true);
+        }
+        (tids, n) = (next, m);
     }
-    Some(true)
+    Some(false)
 }
 
 /// Whether `/proc` belongs to our pid namespace: `/proc/self` must name our own pid.
@@ -348,7 +436,22 @@ mod tests {
         assert_eq!(parse_stat_full(zombie), Some((ProcStatus::Zombie, 5)));
         assert_eq!(parse_stat(b"garbage"), None);
         assert_eq!(parse_stat(b"1 (x) S 1"), None);
+        // State (field 3) and flags (field 9): 4194560 = 0x400100, 0x404 has PF_EXITING.
+        assert_eq!(stat_state_flags(line), Some((b'S', 4194560)));
+        let exiting = b"7 (w (1)) R 1 7 7 0 -1 1028 0 0";
+        assert_eq!(stat_state_flags(exiting), Some((b'R', 0x404)));
+        assert_eq!(stat_state_flags(zombie), Some((b'Z', 0)));
+        assert_eq!(stat_state_flags(b"1 (x) S 1 1"), None);
     }
+
+    #[test]
+    fn this_running_process_is_not_all_exiting() {
+        let me = std::process::id();
+        assert_eq!(all_tasks_flagged(me, PF_EXITING_FLAG), Some(false));
+    }
+
+    /// `PF_EXITING`, as `identity::threads_stopped` passes it.
+    const PF_EXITING_FLAG: u64 = 0x4;
 
     #[test]
     fn paths_and_numbers() {
