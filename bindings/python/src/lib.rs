@@ -1393,8 +1393,10 @@ impl ElectorHandle {
     fn campaign(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<LeadershipHandle> {
         let t = duration(timeout)?;
         let deadline = t.and_then(|t| Instant::now().checked_add(t));
-        let elector = self.elector(py)?;
         loop {
+            // Looked up for every slice: a signal handler run by `check_signals` may have
+            // forked, and a child that goes on campaigning does so as itself.
+            let elector = self.elector(py)?;
             let left = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
