@@ -135,9 +135,20 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
                 // gone, the next leader finds it in the record and ends it.
                 publish(&elector, &leadership, &identity, pgid);
                 // Renewing the term meanwhile (ending the group can outlast it).
-                supervise::terminate_group_keeping(pgid, &mut || {
-                    !matches!(leadership.renew(), Err(ElectionError::Lost { .. }))
-                });
+                let mut keep = || !matches!(leadership.renew(), Err(ElectionError::Lost { .. }));
+                // Then, as a `lease run` taker does, the keepers of runs nested in that
+                // command (`cxc elect E -- cxc sem run S -- job`): ending the group ends
+                // only the nested run's wrapper, whose keeper, in a group of its own, ends
+                // its own command before it exits.
+                if supervise::terminate_group_keeping(pgid, &mut keep) {
+                    supervise::wait_nested_keepers_where(
+                        &what,
+                        "leader's command",
+                        pgid,
+                        &mut |v| is_earlier_term(&path, v, token),
+                        &mut keep,
+                    );
+                }
             } else {
                 eprintln!(
                     "cxc: {what}: the previous leader named process group {pgid}, but none \
@@ -236,21 +247,27 @@ fn campaign(
 /// Whether group `pgid` runs the command of an earlier term than `token` on the election
 /// file `path` (a member carries that term's mark; marks keep 24 bits of the token).
 fn runs_an_earlier_term(path: &std::path::Path, pgid: u32, token: u64) -> bool {
+    supervise::group_carries_any(pgid, supervise::MARK_VAR, &mut |v| {
+        is_earlier_term(path, v, token)
+    })
+}
+
+/// Whether the run mark `mark` is that of a term of the election file `path` before term
+/// `token`.
+fn is_earlier_term(path: &std::path::Path, mark: &str, token: u64) -> bool {
     let Some(mine) = run_of(path, token) else {
         return false;
     };
     let Some((file, _)) = mine.rsplit_once('.') else {
         return false;
     };
-    let file = format!("{file}.");
-    supervise::group_carries_any(pgid, supervise::MARK_VAR, &mut |v| {
-        v.strip_prefix(file.as_str())
-            .and_then(|t| t.parse::<u64>().ok())
-            .is_some_and(|t| {
-                let behind = token.wrapping_sub(t) & 0xFF_FFFF;
-                behind != 0 && behind < 1 << 23
-            })
-    })
+    mark.strip_prefix(file)
+        .and_then(|t| t.strip_prefix('.'))
+        .and_then(|t| t.parse::<u64>().ok())
+        .is_some_and(|t| {
+            let behind = token.wrapping_sub(t) & 0xFF_FFFF;
+            behind != 0 && behind < 1 << 23
+        })
 }
 
 /// The mark of the command of term `token` on the election file `path` (the processes

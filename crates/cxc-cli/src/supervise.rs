@@ -30,7 +30,7 @@ use crate::{CliError, EXIT_CANNOT_EXEC, EXIT_NOT_FOUND};
 mod held;
 mod waiting;
 
-pub(crate) use held::{Keeper, MARK_VAR, run_mark};
+pub(crate) use held::{Keeper, MARK_VAR, run_mark, wait_nested_keepers_where};
 pub(crate) use waiting::Waiting;
 
 /// The exit codes of `lease run` and `sem run`, as `--help` shows them.
@@ -602,12 +602,16 @@ fn env_has(env: &[u8], var: &str, accept: &mut dyn FnMut(&str) -> bool) -> bool 
 }
 
 /// The live keepers of runs nested in process group `pgid`, the group of a command that
-/// was started with `var=value` (its [`held::MARK_VAR`] mark), this process aside: a
-/// nested run's wrapper is that command or one of its descendants in its group, and its
-/// keeper is started with the wrapper's environment plus [`KEEPER_ENV`] and
-/// [`KEEPER_GROUP_ENV`] (the wrapper's group), so it carries all three. A nested run the
-/// command moved out of its group names another group and is left out.
-pub(crate) fn nested_keepers_of(pgid: u32, var: &str, value: &str) -> Vec<u32> {
+/// was started with a `var` (its [`held::MARK_VAR`] mark) that `want` accepts, this
+/// process aside: a nested run's wrapper is that command or one of its descendants in its
+/// group, and its keeper is started with the wrapper's environment plus [`KEEPER_ENV`]
+/// and [`KEEPER_GROUP_ENV`] (the wrapper's group), so it carries all three. A nested run
+/// the command moved out of its group names another group and is left out.
+pub(crate) fn nested_keepers_where(
+    pgid: u32,
+    var: &str,
+    want: &mut dyn FnMut(&str) -> bool,
+) -> Vec<u32> {
     let me = std::process::id();
     let group = pgid.to_string();
     live_processes(&mut |_| true)
@@ -618,7 +622,7 @@ pub(crate) fn nested_keepers_of(pgid: u32, var: &str, value: &str) -> Vec<u32> {
                 && environ_of(pid, tid).is_some_and(|env| {
                     env_has(&env, KEEPER_GROUP_ENV, &mut |g| g == group)
                         && env_has(&env, KEEPER_ENV, &mut |_| true)
-                        && env_has(&env, var, &mut |v| v == value)
+                        && env_has(&env, var, &mut *want)
                 })
         })
         .map(|(pid, _)| pid)

@@ -15,8 +15,8 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use super::{
-    Ended, Parent, Signals, Waiting, continue_once, group_alive, group_carries, nested_keepers_of,
-    spawn, supervise, terminate_group_keeping,
+    Ended, Parent, Signals, Waiting, continue_once, group_alive, group_carries,
+    nested_keepers_where, spawn, supervise, terminate_group_keeping,
 };
 use crate::{CliError, EXIT_LEASE_LOST};
 
@@ -124,16 +124,28 @@ fn wait_nested_keepers_of(
     mark: &str,
     keep: &mut dyn FnMut() -> bool,
 ) -> bool {
+    wait_nested_keepers_where(what, "exclusive command", pgid, &mut |v| v == mark, keep)
+}
+
+/// [`wait_nested_keepers_of`] for the nested keepers whose run mark satisfies `want`
+/// (`cxc elect`: any earlier term's); `whose` names the previous command in the message.
+pub(crate) fn wait_nested_keepers_where(
+    what: &str,
+    whose: &str,
+    pgid: u32,
+    want: &mut dyn FnMut(&str) -> bool,
+    keep: &mut dyn FnMut() -> bool,
+) -> bool {
     let mut continued: Vec<u32> = Vec::new();
     loop {
-        let live = nested_keepers_of(pgid, MARK_VAR, mark);
+        let live = nested_keepers_where(pgid, MARK_VAR, want);
         if live.is_empty() {
             return true;
         }
         if continued.is_empty() {
             eprintln!(
-                "cxc: {what}: a run nested in the previous exclusive command is still ending \
-                 its own command; waiting for it before running"
+                "cxc: {what}: a run nested in the previous {whose} is still ending its own \
+                 command; waiting for it before running"
             );
         }
         continue_once(&live, &mut continued);
