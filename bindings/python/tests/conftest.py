@@ -157,3 +157,17 @@ def until(pred, timeout=2.0, step=0.01):
             return True
         time.sleep(step)
     return pred()
+
+
+def read_line(proc, timeout=10.0):
+    """The next stdout line of `proc`, stripped (bounded: a hang fails the test instead
+    of blocking it)."""
+    import threading
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(proc.stdout.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    if not out:
+        pytest.fail(f"no line from child {proc.pid} within {timeout} s")
+    return out[0].strip()

@@ -43,7 +43,7 @@ import time
 import pytest
 
 import cxc
-from conftest import kill_all as _kill
+from conftest import kill_all as _kill, read_line
 from conftest import outcome as _outcome
 from conftest import permit_holders, python_child, until
 
@@ -53,14 +53,7 @@ def _until(pred, timeout=5.0, step=0.005):
 
 
 def _line(proc, timeout=10.0):
-    """The next stdout line of `proc` (bounded: a hang fails instead of blocking)."""
-    out = []
-    t = threading.Thread(target=lambda: out.append(proc.stdout.readline()), daemon=True)
-    t.start()
-    t.join(timeout)
-    if not out:
-        pytest.fail(f"no line from child {proc.pid} within {timeout} s")
-    return out[0].strip()
+    return read_line(proc, timeout)
 
 
 def _fence(table, wd, slot):

@@ -27,24 +27,16 @@ Each test cites the sentence of docs/python.md (or the Rust doc it points to) it
 import os
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
 import cxc
-from conftest import kill_all, python_child, until
+from conftest import kill_all, python_child, read_line, until
 
 
 def _line(proc, timeout=15.0):
-    """The next stdout line of `proc`, stripped (bounded: a hang fails the test)."""
-    out = []
-    t = threading.Thread(target=lambda: out.append(proc.stdout.readline()), daemon=True)
-    t.start()
-    t.join(timeout)
-    if not out:
-        pytest.fail(f"no line from {proc.args[:1]} within {timeout} s")
-    return out[0].strip()
+    return read_line(proc, timeout)
 
 
 def _pid_gone(pid):
