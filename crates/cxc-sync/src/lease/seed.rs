@@ -157,7 +157,9 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     /// with the claim's WRITE bit set while `f` runs, so a sibling thread's write of the
     /// same claim waits for it (at most ~100 ms, then that write fails), and a sibling's
     /// write in flight is waited for the same way (then `None`, `f` not run). Returns
-    /// `None` if the lease could not be claimed, or if the claim was lost while `f` ran —
+    /// `None` if the lease could not be claimed, if the claim was lost before the payload
+    /// was copied (`f` not run: `f` always gets a whole published value, never one a
+    /// taker was overwriting), or if it was lost while `f` ran —
     /// then nothing is published, ever: a claim superseded or released while `f` runs
     /// cannot publish, and its staging buffer stays in quarantine until this call returns.
     /// If `f` panics nothing is published, and a claim this call made is released.
@@ -182,7 +184,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     release: true,
                     proc,
                 };
-                let mut value: T = from_words(&st.read_published(word))?;
+                let mut value: T = from_words(&st.read_published(word, words_for::<T>())?)?;
                 let r = f(&mut value);
                 if my_proc() != proc {
                     guard.armed = false;
@@ -210,7 +212,7 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     release: false,
                     proc,
                 };
-                let mut value: T = from_words(&st.read_published(word))?;
+                let mut value: T = from_words(&st.read_published(word, words_for::<T>())?)?;
                 let r = f(&mut value);
                 if my_proc() != proc {
                     guard.armed = false;

@@ -404,12 +404,14 @@ impl LeaseState {
         }
     }
 
-    /// Reads the buffer published by `word` while the caller holds WRITE on `word`
-    /// (nobody else republishes then).
+    /// The payload published under the claim `word`, which the caller holds WRITE on, read
+    /// as any reader does (seqlock, L7 re-check). `None` if the claim was superseded or
+    /// released meanwhile: WRITE keeps siblings out, not a taker, which republishes and
+    /// may refill the buffer under a plain copy (a torn `with_lease` input, found by
+    /// `attack37_mp` with the holder stopped mid-copy).
     #[inline]
-    pub(crate) fn read_published(&self, word: Word) -> [u64; PAYLOAD_WORDS] {
-        let buf = &self.bufs[word.published()];
-        std::array::from_fn(|i| buf.words[i].load(Ordering::Relaxed))
+    pub(crate) fn read_published(&self, word: Word, n: usize) -> Option<[u64; PAYLOAD_WORDS]> {
+        self.read_if(n, |w| w.id() == word.id())
     }
 
     /// The published payload, read as a seqlock reader regardless of the holder
