@@ -404,14 +404,24 @@ impl LeaseState {
         }
     }
 
-    /// The payload published under the claim `word`, which the caller holds WRITE on, read
-    /// as any reader does (seqlock, L7 re-check). `None` if the claim was superseded or
-    /// released meanwhile: WRITE keeps siblings out, not a taker, which republishes and
-    /// may refill the buffer under a plain copy (a torn `with_lease` input, found by
-    /// `attack37_mp` with the holder stopped mid-copy).
+    /// The payload published under the claim `word`, which the caller holds WRITE on:
+    /// `None` if the claim was superseded or released meanwhile. WRITE keeps siblings
+    /// out, not a taker, which republishes and may refill the buffer under the copy (a
+    /// torn `with_lease` input, found by `attack37_mp` with the holder stopped mid-copy);
+    /// so the copy counts only if the claim is still `word`'s after it.
     #[inline]
     pub(crate) fn read_published(&self, word: Word, n: usize) -> Option<[u64; PAYLOAD_WORDS]> {
-        self.read_if(n, |w| w.id() == word.id())
+        let buf = &self.bufs[word.published()];
+        let mut words = [0u64; PAYLOAD_WORDS];
+        for (dst, src) in words.iter_mut().zip(&buf.words).take(n) {
+            *dst = src.load(Ordering::Relaxed);
+        }
+        // SYNC: payload seqlock. A copied word from a later claim's fill (its stores
+        // follow its Release fence, which follows its claim CAS) makes that CAS visible
+        // to the claim-word load after this Acquire fence; while the word still names
+        // this claim, no later claim existed, so nothing refilled the buffer.
+        fence(Ordering::Acquire);
+        (self.word().id() == word.id()).then_some(words)
     }
 
     /// The published payload, read as a seqlock reader regardless of the holder
