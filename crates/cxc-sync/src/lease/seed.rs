@@ -171,31 +171,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         // The process that makes (or holds) the claim; checked again after `f`, which
         // may fork (a child must neither fill the staging buffer nor publish).
         let proc = my_proc();
-        let claimed = self.claim_now(my_pid, grace, true);
-        match claimed {
-            Some(Granted { word, .. }) => {
-                let word = Word(word);
-                // We hold the new claim with WRITE set: nobody else writes our staging
-                // buffer or republishes.
-                let mut guard = AbortOnUnwind {
-                    state: st,
-                    word,
-                    armed: true,
-                    release: true,
-                    proc,
-                };
-                let mut value: T = from_words(&st.read_published(word, words_for::<T>())?)?;
-                let r = f(&mut value);
-                if my_proc() != proc {
-                    guard.armed = false;
-                    return None;
-                }
-                st.fill(word, &to_words(&value), words_for::<T>());
-                guard.armed = false;
-                let left = st.publish_word(word, true)?;
-                self.hot.store(left.0, Ordering::Relaxed);
-                Some(r)
-            }
+        match self.claim_now(my_pid, grace, true) {
+            // We hold the new claim with WRITE set: nobody else writes our staging
+            // buffer or republishes. Publishing also releases it.
+            Some(Granted { word, .. }) => self.update_written(Word(word), proc, true, f),
             None => {
                 // Already held for `my_pid` (by this process): a held update, with WRITE
                 // set from the read to the publication, so that a sibling thread's write
@@ -205,26 +184,42 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
                     return None;
                 }
                 let word = st.start_write(ours).ok()?;
-                let mut guard = AbortOnUnwind {
-                    state: st,
-                    word,
-                    armed: true,
-                    release: false,
-                    proc,
-                };
-                let mut value: T = from_words(&st.read_published(word, words_for::<T>())?)?;
-                let r = f(&mut value);
-                if my_proc() != proc {
-                    guard.armed = false;
-                    return None;
-                }
-                st.fill(word, &to_words(&value), words_for::<T>());
-                guard.armed = false;
-                let left = st.publish_word(word, false)?;
-                self.hot.store(left.0, Ordering::Relaxed);
-                Some(r)
+                self.update_written(word, proc, false, f)
             }
         }
+    }
+
+    /// The rest of [`with_lease`](Self::with_lease) once this process (`proc`) holds
+    /// WRITE on the claim `word`: copy the published payload, run `f`, and — if still in
+    /// `proc`, not a child `f` forked — fill the staging buffer and publish (and release
+    /// the claim if `release`). A panic in `f` aborts the write (and releases if
+    /// `release`).
+    #[inline(always)]
+    fn update_written<R>(
+        &self,
+        word: Word,
+        proc: u32,
+        release: bool,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> Option<R> {
+        let st = self.state();
+        let mut guard = AbortOnUnwind {
+            state: st,
+            word,
+            armed: true,
+            release,
+            proc,
+        };
+        let mut value: T = from_words(&st.read_published(word, words_for::<T>())?)?;
+        let r = f(&mut value);
+        guard.armed = false;
+        if my_proc() != proc {
+            return None;
+        }
+        st.fill(word, &to_words(&value), words_for::<T>());
+        let left = st.publish_word(word, release)?;
+        self.hot.store(left.0, Ordering::Relaxed);
+        Some(r)
     }
 
     /// Seed API: the payload, if `my_pid` holds the lease (claimed through this process).
