@@ -3,7 +3,7 @@
 
 use std::fs::OpenOptions;
 use std::io::ErrorKind;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -67,8 +67,7 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
     ) -> Result<Self, MmfError> {
         file.set_permissions(std::fs::Permissions::from_mode(opts.mode))
             .map_err(|e| MmfError::io("chmod", tmp, e))?;
-        file.set_len(total)
-            .map_err(|e| MmfError::io("set_len", tmp, e))?;
+        reserve(&file, total, tmp)?;
         let map = MmapOptions::new()
             .len(total as usize)
             .map_raw(&file)
@@ -151,6 +150,41 @@ fn create_tmp(dir: &Path, name: &str, mode: u32) -> Result<(std::fs::File, PathB
     }
 }
 
+/// Sizes the new (empty) file `file` to `len` bytes with every block allocated, so that
+/// the init stores through the mapping never fault in a page the file system cannot
+/// provide: a sparse file (`set_len`) on a full file system is a SIGBUS at the first store,
+/// not an error. `fallocate(2)` reserves the blocks; a file system without it gets zeros
+/// written. A full file system (`ENOSPC`, `EDQUOT`) is an [`MmfError::Io`] here; the
+/// caller removes the file.
+fn reserve(file: &std::fs::File, len: u64, tmp: &Path) -> Result<(), MmfError> {
+    use rustix::fs::{FallocateFlags, fallocate};
+    use rustix::io::Errno;
+    loop {
+        match fallocate(file, FallocateFlags::empty(), 0, len) {
+            Ok(()) => return Ok(()),
+            Err(Errno::INTR) => {}
+            Err(Errno::OPNOTSUPP | Errno::NOSYS) => {
+                return zero_fill(file, len).map_err(|e| MmfError::io("zero-fill", tmp, e));
+            }
+            Err(e) => return Err(MmfError::io("fallocate", tmp, e.into())),
+        }
+    }
+}
+
+/// Writes `len` zero bytes at the start of `file`, in chunks: the fallback of [`reserve`]
+/// for a file system without `fallocate(2)`. Every block is written, so none is a hole.
+fn zero_fill(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+    const CHUNK: u64 = 64 * 1024;
+    let zeros = vec![0u8; CHUNK.min(len) as usize];
+    let mut at = 0;
+    while at < len {
+        let n = CHUNK.min(len - at) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 fn refuse_existing(path: &Path) -> Result<(), MmfError> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => Err(MmfError::Symlink {
@@ -192,5 +226,42 @@ fn publish(tmp: &Path, path: &Path) -> Result<(), MmfError> {
             }
         }
         Err(e) => Err(MmfError::io("rename", path, e.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::{reserve, zero_fill};
+
+    /// Bytes the file system has allocated to `f` (`st_blocks` is in 512-byte units).
+    fn allocated(f: &std::fs::File) -> u64 {
+        f.metadata().unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn zero_fill_writes_every_block() {
+        let dir = tempfile::tempdir().unwrap();
+        // Not a multiple of the chunk: the tail is written too.
+        for len in [0u64, 1, 4096, 64 * 1024, 200 * 1024 + 17] {
+            let f = std::fs::File::create_new(dir.path().join(format!("z{len}"))).unwrap();
+            zero_fill(&f, len).unwrap();
+            assert_eq!(f.metadata().unwrap().len(), len);
+            assert!(allocated(&f) >= len, "len {len}: a hole is left");
+            let bytes = std::fs::read(dir.path().join(format!("z{len}"))).unwrap();
+            assert!(bytes.iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn reserve_sizes_the_file_and_allocates_its_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let f = std::fs::File::create_new(&path).unwrap();
+        let len = 300 * 1024 + 5;
+        reserve(&f, len, &path).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), len);
+        assert!(allocated(&f) >= len, "a hole is left");
     }
 }
