@@ -2,9 +2,11 @@
 //!
 //! - [`EpochMode::Manual`] (the seeds' default): the epoch is a counter in the file,
 //!   advanced by `tick_epoch()`, typically from a scheduler's timer.
-//! - [`EpochMode::Clock`]: the epoch is `CLOCK_MONOTONIC / tick` (system-wide, so every
-//!   process agrees) plus the counter in the file, so no external ticker is needed and
-//!   `tick_epoch()` still works (it skips ahead by one tick, e.g. in tests).
+//! - [`EpochMode::Clock`]: the epoch is `CLOCK_MONOTONIC / tick` plus the counter in the
+//!   file, so no external ticker is needed and `tick_epoch()` still works (it skips ahead
+//!   by one tick, e.g. in tests). The clock is the machine's: a process in a time
+//!   namespace (`unshare --time`, whose monotonic clock is shifted) subtracts its
+//!   namespace's offset, so every process of the machine agrees.
 //!
 //! The clock is read at most once per operation.
 
@@ -78,6 +80,21 @@ pub fn monotonic_ns() -> u64 {
     }
 }
 
+/// Nanoseconds of the machine's `CLOCK_MONOTONIC`: this process's clock less its time
+/// namespace's offset (`unshare --time`), so that processes in different time namespaces
+/// of one machine read the same time. Epochs and deadlines shared through files use it.
+#[inline]
+pub(crate) fn machine_monotonic_ns() -> u64 {
+    #[cfg(not(cxc_loom))]
+    {
+        monotonic_ns().wrapping_sub(cxc_mmf::identity::monotonic_offset_ns() as u64)
+    }
+    #[cfg(cxc_loom)]
+    {
+        0
+    }
+}
+
 /// An epoch clock bound to one file's counter.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EpochClock {
@@ -119,7 +136,9 @@ impl EpochClock {
         };
         // Epoch `e` of the clock starts at `e * tick` ns of CLOCK_MONOTONIC.
         let at = clock_epoch.saturating_mul(self.tick_ns);
-        Some(Duration::from_nanos(at.saturating_sub(monotonic_ns())))
+        Some(Duration::from_nanos(
+            at.saturating_sub(machine_monotonic_ns()),
+        ))
     }
 
     /// Clock ticks elapsed (0 in manual mode, without reading the clock).
@@ -127,7 +146,7 @@ impl EpochClock {
     fn clock_part(&self) -> u64 {
         match self.tick_ns {
             0 => 0,
-            t => monotonic_ns() / t,
+            t => machine_monotonic_ns() / t,
         }
     }
 

@@ -101,11 +101,10 @@ pub(crate) fn reclaimable(seen: u64, me: u32, my_tag: u32) -> bool {
         && is_dead(pid, tag)
 }
 
-/// The id (nsfs inode) of this process's pid namespace; 0 if unknown. Pids and `/proc`
-/// only mean the same thing to processes in one namespace.
+/// The id (nsfs inode) of this process's pid namespace, as its identity records it; 0 if
+/// unknown. Pids and `/proc` only mean the same thing to processes in one namespace.
 pub(crate) fn pid_namespace() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    Identity::current().pidns
 }
 
 /// `Err((file_ns, mine))` if this process is in another pid namespace (`mine`) than the

@@ -27,6 +27,10 @@ pub(super) struct Facts {
     pub(super) ino: u64,
     /// Whether `/proc` is mounted for our pid namespace (so `/proc/<pid>` means our pid).
     pub(super) proc_ours: bool,
+    /// Our time namespace's offsets (ns) of `CLOCK_MONOTONIC` and `CLOCK_BOOTTIME` from
+    /// the machine's (the initial time namespace's); 0 outside a time namespace.
+    pub(super) mono_off: i64,
+    pub(super) boot_off: i64,
 }
 
 #[repr(C)]
@@ -37,6 +41,8 @@ struct Cache {
     start: AtomicU64,
     ino: AtomicU64,
     proc_ours: AtomicU64,
+    mono_off: AtomicU64,
+    boot_off: AtomicU64,
     /// 0 = not yet taken; else this process's lineage token (see [`proc_token`]).
     proc: AtomicU64,
 }
@@ -49,6 +55,8 @@ impl Cache {
             start: AtomicU64::new(0),
             ino: AtomicU64::new(0),
             proc_ours: AtomicU64::new(0),
+            mono_off: AtomicU64::new(0),
+            boot_off: AtomicU64::new(0),
             proc: AtomicU64::new(0),
         }
     }
@@ -65,6 +73,8 @@ impl Cache {
                 start: self.start.load(Ordering::Relaxed),
                 ino: self.ino.load(Ordering::Relaxed),
                 proc_ours: self.proc_ours.load(Ordering::Relaxed) != 0,
+                mono_off: self.mono_off.load(Ordering::Relaxed) as i64,
+                boot_off: self.boot_off.load(Ordering::Relaxed) as i64,
             }),
         }
     }
@@ -76,6 +86,8 @@ impl Cache {
         self.ino.store(f.ino, Ordering::Relaxed);
         self.proc_ours
             .store(u64::from(f.proc_ours), Ordering::Relaxed);
+        self.mono_off.store(f.mono_off as u64, Ordering::Relaxed);
+        self.boot_off.store(f.boot_off as u64, Ordering::Relaxed);
         // SYNC: identity cache (Release).
         self.pid.store(u64::from(f.pid), Ordering::Release);
     }
@@ -145,6 +157,17 @@ pub(super) fn pid() -> u32 {
     facts_slow().pid
 }
 
+/// This process's `CLOCK_MONOTONIC` offset from the machine's (its time namespace's,
+/// ns): two loads of a static once warm.
+#[inline]
+pub(super) fn mono_offset() -> i64 {
+    // As in `pid`: a filled `WIPE` is this process's own.
+    if WIPE.cache.pid.load(Ordering::Acquire) != 0 {
+        return WIPE.cache.mono_off.load(Ordering::Relaxed) as i64;
+    }
+    facts().mono_off
+}
+
 /// The largest lineage token taken in this memory image: plain memory, so a child made
 /// by `fork` inherits it (while its wipe-on-fork page starts at zero) and takes a larger
 /// token than every process whose memory it copies.
@@ -210,35 +233,76 @@ fn proc_token_slow() -> u32 {
 
 #[cold]
 fn facts_slow() -> Facts {
+    facts_checked().unwrap_or_else(|(f, _)| f)
+}
+
+/// This process's facts, computed if not cached. `Err((facts, errno))` when a fact could
+/// not be read for a passing reason (out of file descriptors or memory): the facts are
+/// then incomplete (an unknown start time or pidfs inode) and not cached, so a later
+/// call reads them again. A fact the system does not have (no `/proc`, no pidfs) is no
+/// error: it is cached as unknown.
+pub(super) fn facts_checked() -> Result<Facts, (Facts, rustix::io::Errno)> {
     let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
     let cache = page().unwrap_or(&STATIC);
     if let Some(f) = cache.get()
         && f.pid == pid
     {
-        return f;
+        return Ok(f);
     }
+    let mut passing = None;
+    let mut note = |e: rustix::io::Errno| {
+        if super::passing_error(e) {
+            passing = Some(e);
+        }
+    };
     let proc_ours = super::procfs::proc_is_ours(pid);
+    let (mono_off, boot_off) = if proc_ours {
+        super::procfs::time_offsets().unwrap_or_else(|e| {
+            note(e);
+            (0, 0)
+        })
+    } else {
+        (0, 0)
+    };
     // The start time whatever the main thread's state: a process whose main thread has
     // exited (`Z`, the `pthread_exit` pattern) before its first use of an identity is
     // this process all the same, and without a start time the fallback form would be
     // unknown (never judged dead, and shared with any later process of the same pid).
-    let start = match super::procfs::stat_of(pid, None) {
-        Some((super::ProcStatus::Live { .. } | super::ProcStatus::Zombie, start_time))
+    let start = match super::procfs::stat_of_checked(pid, None) {
+        Ok(Some((super::ProcStatus::Live { .. } | super::ProcStatus::Zombie, start_time)))
             if proc_ours =>
         {
-            start_time
+            super::procfs::machine_ticks(start_time, boot_off)
         }
-        _ => 0,
+        Ok(_) => 0,
+        Err(e) => {
+            note(e);
+            0
+        }
+    };
+    let ino = match super::pidfd::ino_of_pid_checked(pid) {
+        Ok(ino) => ino.unwrap_or(0),
+        Err(e) => {
+            note(e);
+            0
+        }
     };
     let f = Facts {
         pid,
-        pidns: super::procfs::self_pidns(),
+        pidns: super::procfs::self_pidns(pid),
         start,
-        ino: super::pidfd::ino_of_pid(pid).unwrap_or(0),
+        ino,
         proc_ours,
+        mono_off,
+        boot_off,
     };
-    cache.fill(f);
-    f
+    match passing {
+        Some(e) => Err((f, e)),
+        None => {
+            cache.fill(f);
+            Ok(f)
+        }
+    }
 }
 
 /// The wipe-on-fork page, made on first use; `None` if it cannot be made.

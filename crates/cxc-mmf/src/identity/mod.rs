@@ -8,7 +8,7 @@
 //! | field    | what                                                                 |
 //! |----------|----------------------------------------------------------------------|
 //! | `pid`    | the pid, as seen in the pid namespace below                         |
-//! | `pidns`  | inode of `/proc/self/ns/pid` of that namespace (0 = unknown)        |
+//! | `pidns`  | nsfs inode of that pid namespace (0 = unknown: identity unknown)    |
 //! | `boot`   | 64-bit FNV-1a hash of `/proc/sys/kernel/random/boot_id`             |
 //! | `unique` | pidfs inode of a pidfd for the process, or [`FALLBACK_BIT`]` \| start` |
 //!
@@ -41,7 +41,18 @@
 //! namespace than the caller's (another `pidns`) gets [`Liveness::Unknown`]: we cannot
 //! see that process, so we neither declare it dead nor alive, and primitives fall back to
 //! heartbeats/timeouts for it. The `/proc` fallback is used only when `/proc` is mounted
-//! for our own namespace (`/proc/self` names our pid); otherwise it answers Unknown.
+//! for our own namespace (`/proc/self` names our pid); otherwise it answers Unknown. Our
+//! namespace is read from `/proc/self/ns/pid`, else from a pidfd
+//! (`PIDFD_GET_PID_NAMESPACE`); an identity without one is unknown.
+//!
+//! # What `/proc` cannot tell
+//!
+//! A pid missing from `/proc` is gone only if `kill(pid, 0)` says `ESRCH`: a `/proc`
+//! mounted `hidepid=invisible` hides other users' processes. A fact of our own identity
+//! that fails for a passing reason ([`identify`]: out of descriptors or memory) is read
+//! again later, never cached as unknown. Start times are taken back to the machine's
+//! boot clock (a time namespace shifts what `/proc` shows by the reader's offset), and
+//! [`monotonic_offset_ns`] gives the shift of our monotonic clock.
 //!
 //! # Cost
 //!
@@ -114,10 +125,12 @@ impl Identity {
         }
     }
 
-    /// Whether the identity names a process at all: `pid`, `unique` and `boot` are set.
+    /// Whether the identity names a process at all: `pid`, `pidns`, `unique` and `boot`
+    /// are set. Without its pid namespace a pid cannot be checked by anyone (it would be
+    /// looked up in the checker's namespace), so such an identity is never judged.
     #[inline]
     pub fn is_known(&self) -> bool {
-        self.pid != 0 && self.unique != 0 && self.boot != 0
+        self.pid != 0 && self.pidns != 0 && self.unique != 0 && self.boot != 0
     }
 
     /// `[pid, pidns, boot, unique]`, for storing in a file.
@@ -163,7 +176,8 @@ pub enum PidLookup {
 pub fn lookup_pid(pid: u32, fallback: bool) -> PidLookup {
     let me = cache::facts();
     let boot = boot();
-    if pid == 0 || boot == 0 {
+    // Without our own namespace's id, what we find could not be compared with a record.
+    if pid == 0 || boot == 0 || me.pidns == 0 {
         return PidLookup::Unknown;
     }
     let unique = if fallback {
@@ -171,7 +185,9 @@ pub fn lookup_pid(pid: u32, fallback: bool) -> PidLookup {
             return PidLookup::Unknown;
         }
         match procfs::stat_of(pid, None) {
-            Some((ProcStatus::Live { .. } | ProcStatus::Zombie, s)) if s != 0 => FALLBACK_BIT | s,
+            Some((ProcStatus::Live { .. } | ProcStatus::Zombie, s)) if s != 0 => {
+                FALLBACK_BIT | procfs::machine_ticks(s, me.boot_off)
+            }
             Some((ProcStatus::Gone, _)) => return PidLookup::NoProcess,
             _ => return PidLookup::Unknown,
         }
@@ -192,6 +208,37 @@ pub fn lookup_pid(pid: u32, fallback: bool) -> PidLookup {
         boot,
         unique,
     })
+}
+
+/// Whether `e` is a failure that passes (the process or the system is short of file
+/// descriptors or memory, or a call was interrupted), as opposed to a fact the system
+/// does not have: an identity fact that failed so is read again later, never cached as
+/// unknown.
+pub(crate) fn passing_error(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::MFILE | Errno::NFILE | Errno::NOMEM | Errno::AGAIN | Errno::INTR | Errno::NOBUFS
+    )
+}
+
+/// This process's identity, as [`Identity::current`], or the error that kept part of it
+/// from being read now (out of file descriptors or memory): a record made with the
+/// incomplete identity would be unknown for good (never judged dead), so the primitives
+/// refuse to create or open a file then, and a later call tries again.
+///
+/// # Errors
+/// The `errno` of the failed read (`EMFILE`, `ENFILE`, `ENOMEM`, ...).
+pub fn identify() -> Result<Identity, Errno> {
+    cache::facts_checked().map_err(|(_, e)| e)?;
+    Ok(Identity::current())
+}
+
+/// This process's `CLOCK_MONOTONIC` offset in ns from the machine's: non-zero in a time
+/// namespace (`unshare --time`), where every monotonic clock is shifted. Subtract it to
+/// get a time all processes of the machine agree on. Cached; correct after `fork`.
+#[inline]
+pub fn monotonic_offset_ns() -> i64 {
+    cache::mono_offset()
 }
 
 /// The verdict on a recorded identity.
@@ -254,7 +301,7 @@ pub fn liveness(id: &Identity) -> Liveness {
         return Liveness::Unknown;
     }
     if id.is_fallback() {
-        liveness_fallback(id, me.proc_ours)
+        liveness_fallback(id, &me)
     } else {
         liveness_pidfs(id)
     }
@@ -279,15 +326,15 @@ fn liveness_pidfs(id: &Identity) -> Liveness {
     }
 }
 
-fn liveness_fallback(id: &Identity, proc_ours: bool) -> Liveness {
-    if !proc_ours {
+fn liveness_fallback(id: &Identity, me: &cache::Facts) -> Liveness {
+    if !me.proc_ours {
         return Liveness::Unknown;
     }
     let start = id.unique & !FALLBACK_BIT;
     match procfs::stat_of(id.pid, None) {
         None => Liveness::Unknown,
         Some((ProcStatus::Gone, _)) => Liveness::Dead,
-        Some((_, s)) if s != start => Liveness::Dead,
+        Some((_, s)) if procfs::machine_ticks(s, me.boot_off) != start => Liveness::Dead,
         Some((ProcStatus::Live { .. }, _)) => Liveness::Alive,
         // The main thread exited: alive as long as any thread runs.
         Some(_) => match pidfd::open(id.pid) {

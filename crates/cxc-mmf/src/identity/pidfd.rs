@@ -29,18 +29,25 @@ pub(super) fn kernel_has_pidfs() -> bool {
     match PIDFS.load(Ordering::Relaxed) {
         1 => true,
         2 => false,
-        _ => {
-            let me = rustix::process::getpid().as_raw_nonzero().get() as u32;
-            // `f_type` is i64 here but another width on some architectures.
-            #[allow(clippy::unnecessary_cast)]
-            let yes = open(me)
-                .ok()
-                .and_then(|fd| rustix::fs::fstatfs(&fd).ok())
-                .is_some_and(|s| s.f_type as i64 == PIDFS_MAGIC);
-            PIDFS.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
-            yes
-        }
+        _ => probe_pidfs().unwrap_or(false),
     }
+}
+
+/// Probes for pidfs once and caches the answer; `Err` (not cached) when the probe
+/// failed for a passing reason (out of file descriptors or memory): a process that was
+/// short of descriptors once must not take the fallback form for good.
+fn probe_pidfs() -> Result<bool, Errno> {
+    let me = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    let fstype = open(me).and_then(|fd| rustix::fs::fstatfs(&fd));
+    // `f_type` is i64 here but another width on some architectures.
+    #[allow(clippy::unnecessary_cast)]
+    let yes = match fstype {
+        Ok(s) => s.f_type as i64 == PIDFS_MAGIC,
+        Err(e) if super::passing_error(e) => return Err(e),
+        Err(_) => false,
+    };
+    PIDFS.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+    Ok(yes)
 }
 
 /// The pidfs inode of `fd`; `None` without pidfs.
@@ -54,9 +61,27 @@ pub(super) fn ino_of(fd: &OwnedFd) -> Option<u64> {
         .filter(|&i| i != 0)
 }
 
-/// The pidfs inode of the process `pid`; `None` without pidfs or without the process.
-pub(super) fn ino_of_pid(pid: u32) -> Option<u64> {
-    ino_of(&open(pid).ok()?)
+/// The pidfs inode of the process `pid`; `Ok(None)` without pidfs or without the
+/// process, `Err` for a failure that passes (out of file descriptors or memory).
+pub(super) fn ino_of_pid_checked(pid: u32) -> Result<Option<u64>, Errno> {
+    let fd = match open(pid) {
+        Ok(fd) => fd,
+        Err(e) if super::passing_error(e) => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let pidfs = match PIDFS.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => probe_pidfs()?,
+    };
+    if !pidfs {
+        return Ok(None);
+    }
+    match rustix::fs::fstat(&fd) {
+        Ok(s) => Ok(Some(s.st_ino).filter(|&i| i != 0)),
+        Err(e) if super::passing_error(e) => Err(e),
+        Err(_) => Ok(None),
+    }
 }
 
 /// Whether the process behind `fd` has exited as a whole (non-blocking); `None` if the

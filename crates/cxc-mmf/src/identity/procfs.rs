@@ -25,9 +25,16 @@ pub enum ProcStatus {
     Unknown,
 }
 
-/// Reads `/proc/<pid>/stat` (allocation-free).
+/// Reads `/proc/<pid>/stat` (allocation-free). A start time is in ticks of the
+/// machine's boot clock, whatever time namespace this process is in.
 pub fn proc_status(pid: u32) -> ProcStatus {
-    stat_of(pid, None).map_or(ProcStatus::Unknown, |s| s.0)
+    match stat_of(pid, None) {
+        None => ProcStatus::Unknown,
+        Some((ProcStatus::Live { start_time }, _)) => ProcStatus::Live {
+            start_time: machine_ticks(start_time, super::cache::facts().boot_off),
+        },
+        Some((st, _)) => st,
+    }
 }
 
 /// Parses the text of a `/proc/<pid>/stat` file. The command name (field 2) may contain
@@ -61,8 +68,27 @@ fn parse_stat_full(bytes: &[u8]) -> Option<(ProcStatus, u64)> {
 }
 
 /// `(status, start time)` of `/proc/<pid>/stat`, or of `/proc/<pid>/task/<tid>/stat`.
-/// `None` when `/proc` cannot tell. `Gone` carries start time 0.
+/// `None` when `/proc` cannot tell. `Gone` carries start time 0. The start time is as
+/// `/proc` shows it to this process: in ticks of its time namespace's boot clock (see
+/// [`machine_ticks`]).
 pub(super) fn stat_of(pid: u32, tid: Option<u32>) -> Option<(ProcStatus, u64)> {
+    stat_of_checked(pid, tid).unwrap_or(None)
+}
+
+/// [`stat_of`], telling a passing failure (out of file descriptors or memory:
+/// `Err`) from a `/proc` that cannot tell (`Ok(None)`).
+pub(super) fn stat_of_checked(
+    pid: u32,
+    tid: Option<u32>,
+) -> Result<Option<(ProcStatus, u64)>, Errno> {
+    Ok(match stat_of_inner(pid, tid) {
+        Err(e) if super::passing_error(e) => return Err(e),
+        Err(_) => None,
+        Ok(r) => r,
+    })
+}
+
+fn stat_of_inner(pid: u32, tid: Option<u32>) -> Result<Option<(ProcStatus, u64)>, Errno> {
     let mut path = PathBuf::new();
     path.push(b"/proc/");
     path.push_u32(pid);
@@ -71,30 +97,108 @@ pub(super) fn stat_of(pid: u32, tid: Option<u32>) -> Option<(ProcStatus, u64)> {
         path.push_u32(tid);
     }
     path.push(b"/stat");
-    let cpath = path.as_cstr()?;
+    let Some(cpath) = path.as_cstr() else {
+        return Ok(None);
+    };
     let fd = match rustix::fs::open(cpath, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) | Err(Errno::SRCH) => {
-            // Distinguish "no such pid" from "no /proc at all".
-            return if rustix::fs::access(c"/proc/self/stat", Access::EXISTS).is_ok() {
-                Some((ProcStatus::Gone, 0))
-            } else {
-                None
-            };
+            // Distinguish "no such pid" from "no /proc at all", and from a `/proc` that
+            // hides the pid (`hidepid=invisible`, another user's process). A thread id
+            // missing under a visible process is a thread that ended.
+            let proc_there = rustix::fs::access(c"/proc/self/stat", Access::EXISTS).is_ok();
+            return Ok(match tid {
+                _ if !proc_there => None,
+                Some(_) => Some((ProcStatus::Gone, 0)),
+                None => (pid_exists(pid) == Some(false)).then_some((ProcStatus::Gone, 0)),
+            });
         }
-        Err(_) => return None,
+        Err(e) => return Err(e),
     };
     // A stat line is a few hundred bytes (the command name is at most 64 bytes).
     let mut buf = [0u8; 1024];
     let len = match read_full(&fd, &mut buf) {
         Ok(len) => len,
-        Err(Errno::SRCH) => return Some((ProcStatus::Gone, 0)),
-        Err(_) => return None,
+        Err(Errno::SRCH) => return Ok(Some((ProcStatus::Gone, 0))),
+        Err(e) => return Err(e),
     };
     if len == 0 {
-        return Some((ProcStatus::Gone, 0)); // exited between open and read
+        return Ok(Some((ProcStatus::Gone, 0))); // exited between open and read
     }
-    parse_stat_full(&buf[..len])
+    Ok(parse_stat_full(&buf[..len]))
+}
+
+/// A start time `shown` by `/proc` to a process whose time namespace's boot clock is
+/// `boot_off` ns ahead of the machine's, in ticks of the machine's boot clock: what every
+/// process, in whatever time namespace, gets for the same process. Exact when the offset
+/// is a whole number of ticks (offsets are set in whole seconds by the usual tools).
+pub(super) fn machine_ticks(shown: u64, boot_off: i64) -> u64 {
+    if boot_off == 0 || shown == 0 {
+        return shown;
+    }
+    let hz = clock_ticks_per_second();
+    let off_ticks = (i128::from(boot_off) * i128::from(hz)).div_euclid(1_000_000_000);
+    u64::try_from(i128::from(shown) - off_ticks)
+        .unwrap_or(0)
+        .max(1)
+}
+
+/// `sysconf(_SC_CLK_TCK)`: the unit of `/proc`'s start times (100 where unknown).
+fn clock_ticks_per_second() -> i64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { i64::from(hz as i32) } else { 100 }
+}
+
+/// This process's time namespace offsets `(monotonic, boottime)` in ns from the
+/// machine's clocks, from `/proc/self/timens_offsets` (`(0, 0)` where the kernel has no
+/// time namespaces). That file shows the offsets of the namespace this process's
+/// children get, which is its own except between an `unshare(CLONE_NEWTIME)` and the
+/// next `exec`; then (the two namespace links differ) ours cannot be read and the
+/// answer is `(0, 0)`. `Err` for a failure that passes.
+pub(super) fn time_offsets() -> Result<(i64, i64), Errno> {
+    if let (Ok(a), Ok(b)) = (
+        rustix::fs::stat(c"/proc/self/ns/time"),
+        rustix::fs::stat(c"/proc/self/ns/time_for_children"),
+    ) && a.st_ino != b.st_ino
+    {
+        return Ok((0, 0));
+    }
+    let fd = match rustix::fs::open(
+        c"/proc/self/timens_offsets",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) if super::passing_error(e) => return Err(e),
+        Err(_) => return Ok((0, 0)),
+    };
+    let mut buf = [0u8; 256];
+    let len = read_full(&fd, &mut buf)?;
+    Ok(parse_time_offsets(&buf[..len]))
+}
+
+/// Parses `timens_offsets` text: lines `<clock> <secs> <nanosecs>`, the clock by name
+/// (`monotonic`, `boottime`) or number (1, 7). Unparsable lines count as 0.
+fn parse_time_offsets(bytes: &[u8]) -> (i64, i64) {
+    let (mut mono, mut boot) = (0i64, 0i64);
+    let text = std::str::from_utf8(bytes).unwrap_or("");
+    for line in text.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let (Some(clock), Some(secs), Some(nsecs)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let (Ok(secs), Ok(nsecs)) = (secs.parse::<i64>(), nsecs.parse::<i64>()) else {
+            continue;
+        };
+        let ns = secs.saturating_mul(1_000_000_000).saturating_add(nsecs);
+        match clock {
+            "monotonic" | "1" => mono = ns,
+            "boottime" | "7" => boot = ns,
+            _ => {}
+        }
+    }
+    (mono, boot)
 }
 
 /// Opens `/proc/<pid>/task` as a directory (`None` if the path cannot be built).
@@ -113,7 +217,10 @@ fn open_task_dir(pid: u32) -> Option<Result<rustix::fd::OwnedFd, Errno>> {
 pub(super) fn any_task_alive(pid: u32) -> Option<bool> {
     let fd = match open_task_dir(pid)? {
         Ok(fd) => fd,
-        Err(Errno::NOENT) | Err(Errno::SRCH) => return Some(false),
+        // No such process, unless `/proc` hides it (`hidepid`): then it cannot tell.
+        Err(Errno::NOENT) | Err(Errno::SRCH) => {
+            return (pid_exists(pid) == Some(false)).then_some(false);
+        }
         Err(_) => return None,
     };
     let mut buf = [MaybeUninit::<u8>::uninit(); 2048];
@@ -250,7 +357,9 @@ pub(super) fn all_tasks_flagged(pid: u32, flag: u64) -> Option<bool> {
     };
     let dirfd = match open_task_dir(pid)? {
         Ok(fd) => fd,
-        Err(Errno::NOENT) | Err(Errno::SRCH) => return gone(),
+        // Gone, unless `/proc` hides the process (`hidepid`, another user's): then the
+        // task list cannot tell, however many threads run.
+        Err(Errno::NOENT) | Err(Errno::SRCH) if pid_exists(pid) == Some(false) => return gone(),
         Err(_) => return None,
     };
     let (mut tids, mut n) = list_tasks(&dirfd)?;
@@ -310,9 +419,56 @@ pub(super) fn proc_is_ours(pid: u32) -> bool {
     }
 }
 
-/// The inode of `/proc/self/ns/pid`: our pid namespace; 0 if unknown.
-pub(super) fn self_pidns() -> u64 {
-    rustix::fs::stat(c"/proc/self/ns/pid").map_or(0, |s| s.st_ino)
+/// Whether a process with `pid` (in our pid namespace) exists, zombie included, by
+/// `kill(pid, 0)`: `Some(false)` only for `ESRCH`. Unlike `/proc`, the answer does not
+/// depend on `/proc`'s mount options (`hidepid`) or on the pid's owner (`EPERM` means it
+/// exists).
+pub(super) fn pid_exists(pid: u32) -> Option<bool> {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) | Err(Errno::PERM) => Some(true),
+        Err(Errno::SRCH) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// Our pid namespace's id (the nsfs inode): from `/proc/self/ns/pid`, or, where `/proc`
+/// is not our namespace's (a container's `/proc` seen from the host's namespace, where
+/// `/proc/self` names nothing), from a pidfd for this process (`PIDFD_GET_PID_NAMESPACE`,
+/// Linux 6.11+). 0 if unknown.
+pub(super) fn self_pidns(pid: u32) -> u64 {
+    if let Ok(s) = rustix::fs::stat(c"/proc/self/ns/pid") {
+        return s.st_ino;
+    }
+    pidns_by_pidfd(pid).unwrap_or(0)
+}
+
+/// `PIDFD_GET_PID_NAMESPACE`: `_IO(PIDFS_IOCTL_MAGIC = 0xFF, 5)` (`<linux/pidfd.h>`).
+#[cfg(target_os = "linux")]
+const PIDFD_GET_PID_NAMESPACE: libc::c_ulong = 0xFF05;
+
+#[cfg(target_os = "linux")]
+fn pidns_by_pidfd(pid: u32) -> Option<u64> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let pidfd = super::pidfd::open(pid).ok()?;
+    // SAFETY: `pidfd` is an open pidfd; this ioctl takes no argument and returns a new
+    // file descriptor (or -1), which we then own. Kernels without it answer -1 (ENOTTY /
+    // EINVAL) and nothing happens.
+    let raw = unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_PID_NAMESPACE as _) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a new file descriptor that nothing else owns.
+    let ns = unsafe { OwnedFd::from_raw_fd(raw) };
+    rustix::fs::fstat(&ns)
+        .ok()
+        .map(|s| s.st_ino)
+        .filter(|&i| i != 0)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pidns_by_pidfd(_pid: u32) -> Option<u64> {
+    None
 }
 
 /// Reads `fd` into `buf` until end of file or `buf` is full (retrying on EINTR); the
@@ -474,8 +630,20 @@ mod tests {
         assert!(matches!(proc_status(me), ProcStatus::Live { .. }));
         assert_eq!(any_task_alive(me), Some(true));
         assert!(proc_is_ours(me));
-        assert_ne!(self_pidns(), 0);
+        assert_ne!(self_pidns(std::process::id()), 0);
         assert_ne!(boot_hash(), 0);
+        assert_eq!(
+            parse_time_offsets(b"monotonic        3600         0\nboottime   -5  500\n"),
+            (3_600_000_000_000, -4_999_999_500)
+        );
+        assert_eq!(
+            parse_time_offsets(b"1 2 0\n7 0 10\njunk\n"),
+            (2_000_000_000, 10)
+        );
+        assert_eq!(machine_ticks(500, 0), 500);
+        let hz = clock_ticks_per_second() as u64;
+        assert_eq!(machine_ticks(10 * hz + 7, 10_000_000_000), 7);
+        assert_eq!(machine_ticks(7, -10_000_000_000), 10 * hz + 7);
         assert_eq!(boot_hash(), boot_hash());
     }
 }

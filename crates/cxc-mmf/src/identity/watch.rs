@@ -52,11 +52,13 @@ impl PidWatch {
 pub(super) fn verify(fd: &OwnedFd, id: &Identity) -> bool {
     if id.unique & FALLBACK_BIT != 0 {
         let start = id.unique & !FALLBACK_BIT;
-        if !super::cache::facts().proc_ours {
+        let me = super::cache::facts();
+        if !me.proc_ours {
             return false;
         }
         matches!(procfs::stat_of(id.pid, None),
-            Some((ProcStatus::Live { .. } | ProcStatus::Zombie, s)) if s == start)
+            Some((ProcStatus::Live { .. } | ProcStatus::Zombie, s))
+                if procfs::machine_ticks(s, me.boot_off) == start)
     } else {
         ino_of(fd) == Some(id.unique)
     }

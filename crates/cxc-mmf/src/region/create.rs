@@ -36,6 +36,7 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
         init: impl FnOnce(&H, &[S]),
     ) -> Result<Self, MmfError> {
         let path = path.as_ref();
+        identify(path)?;
         check_layout_shapes::<H, S>(&layout)?;
         let total = layout.total_len().expect("checked by check_layout_shapes");
         refuse_existing(path)?;
@@ -183,6 +184,16 @@ fn zero_fill(file: &std::fs::File, len: u64) -> std::io::Result<()> {
         at += n as u64;
     }
     Ok(())
+}
+
+/// This process's identity must be whole before it maps a file whose records name
+/// processes: one made while the process was short of file descriptors would be unknown
+/// for good (never judged dead). Such a shortage is an `Io` error here (the next call
+/// tries again).
+pub(super) fn identify(path: &Path) -> Result<(), MmfError> {
+    crate::identity::identify()
+        .map(drop)
+        .map_err(|e| MmfError::io("identify this process", path, e.into()))
 }
 
 fn refuse_existing(path: &Path) -> Result<(), MmfError> {

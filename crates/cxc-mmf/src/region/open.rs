@@ -139,6 +139,7 @@ impl<H: AtomicView, S: AtomicView> Mapped<H, S> {
         timeout: Duration,
     ) -> Result<Self, MmfError> {
         let path = path.as_ref();
+        super::create::identify(path)?;
         let (file, len) = open_file(path, false)?;
         let hmap = map_header(&file, path, timeout, false)?;
         let h = HeaderWords::of(&hmap);
