@@ -37,12 +37,23 @@
 //!
 //! A child made by `fork` starts a reactor of its own on its first wait (see [`reactor`]):
 //! the parent's threads do not exist there.
+//!
+//! When no thread can be started (`EAGAIN`: a pids cgroup or `RLIMIT_NPROC` at its
+//! limit), nothing panics and no waiter is left to a reactor without a thread: each poll
+//! tries to start the thread again, and until one starts the future does the reactor's
+//! work itself ([`Waiting::arm`]): it announces, runs its group's check and sleeps on the
+//! wake word for at most [`TICK`] (less if the check says so; a release ends the sleep),
+//! then asks to be polled again. That blocks the executor's thread for up to a tick per
+//! poll, but it is only a fallback. A death watch that cannot start is tried again every
+//! second by the reactor thread; meanwhile the checks find dead holders by their periodic
+//! polls (at least every [`IDLE_MAX`]), and the reactor thread looks for an orphaned
+//! process (`cxc_mmf::orphan`) in its place.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::thread::futex;
 
@@ -64,6 +75,13 @@ pub const IDLE_MAX: Duration = Duration::from_millis(100);
 /// The shortest timed sleep, so that a check whose moment is due but not yet seen (clock
 /// rounding) does not make the reactor spin.
 const MIN_SLEEP: Duration = Duration::from_millis(1);
+/// How often the reactor thread tries again to start a death watch that could not start.
+const DEATHS_RETRY: Duration = Duration::from_secs(1);
+
+/// States of the reactor thread ([`Reactor::thread`]).
+const THREAD_NONE: u8 = 0;
+const THREAD_STARTING: u8 = 1;
+const THREAD_RUNNING: u8 = 2;
 
 /// What a group's check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,24 +133,107 @@ pub(crate) struct Ticket {
 
 /// A future's place in the reactor: in no group, or in one (a [`Ticket`]). It leaves its
 /// group when the future resolves ([`leave`](Self::leave)) or is dropped.
+///
+/// Without a reactor thread (none could be started), the future waits by itself instead
+/// (see the module documentation): then it keeps its group's check here.
 #[derive(Debug, Default)]
-pub(crate) struct Waiting(Option<Ticket>);
+pub(crate) struct Waiting {
+    ticket: Option<Ticket>,
+    inline: Option<Inline>,
+}
+
+/// The state of a future that waits without the reactor thread: the group it would be
+/// in, that group's check (behind a mutex only so the future stays `Sync`; only `&mut`
+/// reaches it), and whether its last sleep ended with a change of the wake word (a
+/// wake-up it must hand on if it is dropped before it polls again).
+struct Inline {
+    key: Key,
+    check: Mutex<Check>,
+    woken: bool,
+}
+
+impl std::fmt::Debug for Inline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inline")
+            .field("key", &self.key)
+            .field("woken", &self.woken)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inline {
+    /// One round of the reactor's work for this future alone: announce on the wake word,
+    /// run the check, and unless it says `Now`, sleep on the word (and on a holder's
+    /// sentinel word if the check names one) for at most [`TICK`].
+    fn wait(&mut self) {
+        // SAFETY: `key.0` is the address of an `AtomicU32` wake word in the mapping of the
+        // handle that the polling future borrows or owns, so it is mapped during the poll.
+        let word = unsafe { &*(self.key.0 as *const AtomicU32) };
+        let announced = park::announce(word);
+        let check = self.check.get_mut().unwrap_or_else(|e| e.into_inner());
+        let (nap, other) = match check() {
+            Next::Now => {
+                self.woken = false;
+                return;
+            }
+            Next::Within(d) => (d, None),
+            Next::WithinOr(d, addr, val) => (d, Some((addr, val))),
+        };
+        let nap = nap.min(TICK).max(MIN_SLEEP);
+        match other {
+            Some((addr, val)) => {
+                // SAFETY: the check's extra word is in the same mapping as the wake word
+                // (see `Next::WithinOr`).
+                let other = unsafe { &*(addr as *const AtomicU32) };
+                crate::futex::wait_either(word, announced, other, val, nap);
+            }
+            None => crate::futex::wait(word, announced, nap),
+        }
+        self.woken = word.load(Ordering::SeqCst) != announced;
+    }
+}
 
 impl Waiting {
     /// In no group.
     pub(crate) const fn new() -> Self {
-        Waiting(None)
+        Waiting {
+            ticket: None,
+            inline: None,
+        }
     }
 
     /// Joins the group `key` (or stays in it) to be woken through `waker`; `make_check`
     /// builds the group's check if this creates the group (see [`Reactor::arm`]).
+    ///
+    /// If the reactor thread is not running and cannot be started now, waits one round
+    /// here instead (at most [`TICK`], see the module documentation) and wakes `waker`
+    /// itself, so the future is polled again (and tries to start the thread again).
     pub(crate) fn arm(&mut self, key: Key, waker: &Waker, make_check: impl FnOnce() -> Check) {
-        reactor().arm(&mut self.0, key, waker, make_check);
+        let r = reactor();
+        if r.ensure_thread() {
+            self.inline = None;
+            r.arm(&mut self.ticket, key, waker, make_check);
+            return;
+        }
+        // Registered as live, so a drop of this future hands a wake-up on only while the
+        // handle is there (as the reactor does, see `forget_words`).
+        r.lock().live.insert(key.0);
+        let inline = match &mut self.inline {
+            Some(i) if i.key == key => i,
+            slot => slot.insert(Inline {
+                key,
+                check: Mutex::new(make_check()),
+                woken: false,
+            }),
+        };
+        inline.wait();
+        waker.wake_by_ref();
     }
 
     /// Leaves the group, if in one, having made progress.
     pub(crate) fn leave(&mut self) {
-        if let Some(t) = self.0.take() {
+        self.inline = None;
+        if let Some(t) = self.ticket.take() {
             reactor().disarm(t, true);
         }
     }
@@ -140,14 +241,27 @@ impl Waiting {
     /// Leaves the group, if in one, without having made progress (the future is being
     /// dropped): as the `Drop` of [`Waiting`] does.
     pub(crate) fn abandon(&mut self) {
-        if let Some(t) = self.0.take() {
+        if let Some(i) = self.inline.take()
+            && i.woken
+            && let Some(r) = running()
+        {
+            // Woken, and dropped before it polled again: hand the wake-up on, as the
+            // reactor does for a dropped waiter in flight. Only while the word's handle
+            // is there (its `Drop` removes the word from `live` under this lock first).
+            let g = r.lock();
+            if g.live.contains(&i.key.0) {
+                // SAFETY: in `live`, so its mapping is still mapped (see `Groups::live`).
+                pass_on(unsafe { &*(i.key.0 as *const AtomicU32) });
+            }
+        }
+        if let Some(t) = self.ticket.take() {
             reactor().disarm(t, false);
         }
     }
 
-    /// Whether the future is in a group.
+    /// Whether the future is in a group (or waits without the reactor thread).
     pub(crate) fn is_waiting(&self) -> bool {
-        self.0.is_some()
+        self.ticket.is_some() || self.inline.is_some()
     }
 }
 
@@ -190,6 +304,9 @@ pub(crate) struct Reactor {
     /// watches many holders polls their pidfds only after one.
     deaths: AtomicU64,
     epoll: Option<std::os::fd::OwnedFd>,
+    /// The reactor thread: `THREAD_NONE` (not started, or it could not be: tried again
+    /// by the next waiter), `THREAD_STARTING` or `THREAD_RUNNING`.
+    thread: AtomicU8,
 }
 
 /// This process's reactor, once started (never freed). A child made by `fork` inherits the
@@ -206,8 +323,9 @@ pub(crate) fn running() -> Option<&'static Reactor> {
     (r.pid == cxc_mmf::identity::current_proc()).then_some(r)
 }
 
-/// The process's reactor, started on first use (and again in a child made by `fork`,
-/// whose copy of the parent's has no threads).
+/// The process's reactor, made on first use (and again in a child made by `fork`, whose
+/// copy of the parent's has no threads). Its thread is started by the first waiter
+/// ([`Reactor::ensure_thread`]), and by later ones for as long as it could not be.
 pub(crate) fn reactor() -> &'static Reactor {
     match running() {
         Some(r) => r,
@@ -233,9 +351,11 @@ fn start() -> &'static Reactor {
             bell: AtomicU32::new(0),
             deaths: AtomicU64::new(0),
             epoll,
+            thread: AtomicU8::new(THREAD_NONE),
         }));
         // Lock-free publication (a lock could be held across `fork` by another thread);
-        // only the winner starts threads, the loser frees its unused reactor.
+        // the loser frees its unused reactor. No thread is started here: a published
+        // reactor whose thread could not start is started again by a later waiter.
         if REACTOR
             .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
@@ -245,35 +365,62 @@ fn start() -> &'static Reactor {
             continue;
         }
         // SAFETY: published and never freed from now on.
-        let r: &'static Reactor = unsafe { &*new };
-        std::thread::Builder::new()
-            .name("cxc-async-reactor".into())
-            .spawn(move || {
-                cxc_mmf::orphan::ours();
-                r.run()
-            })
-            .expect("spawn the cxc async reactor thread");
-        if r.epoll.is_some() {
-            // On the lease's sentinel thread, which every process that claims has and
-            // which otherwise only sleeps; a thread of its own only if there is none.
-            let job: Box<dyn FnOnce() + Send> = Box::new(move || r.watch_deaths());
-            if let Err(job) = crate::lease::host_on_sentinel(job) {
-                std::thread::Builder::new()
-                    .name("cxc-async-deaths".into())
-                    .spawn(move || {
-                        cxc_mmf::orphan::ours();
-                        job()
-                    })
-                    .expect("spawn the cxc death-watch thread");
-            }
-        }
-        return r;
+        return unsafe { &*new };
     }
 }
 
 impl Reactor {
     fn lock(&self) -> std::sync::MutexGuard<'_, Groups> {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the reactor thread runs: starts it if it does not (also after an earlier
+    /// start failed, e.g. at a pids limit), and waits for a start under way on another
+    /// thread. `false` if it cannot be started now; nothing was registered then.
+    pub(crate) fn ensure_thread(&'static self) -> bool {
+        loop {
+            match self.thread.compare_exchange(
+                THREAD_NONE,
+                THREAD_STARTING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(THREAD_RUNNING) => return true,
+                // Another thread of this process is starting it (a spawn is quick).
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+        let r = self;
+        let started = std::thread::Builder::new()
+            .name("cxc-async-reactor".into())
+            .spawn(move || {
+                cxc_mmf::orphan::ours();
+                r.run()
+            })
+            .is_ok();
+        self.thread.store(
+            if started { THREAD_RUNNING } else { THREAD_NONE },
+            Ordering::Release,
+        );
+        started
+    }
+
+    /// Starts the death watch: on the lease's sentinel thread, which every process that
+    /// claims has and which otherwise only sleeps, or on a thread of its own if there is
+    /// none. Whether it runs.
+    fn start_death_watch(&'static self) -> bool {
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || self.watch_deaths());
+        match crate::lease::host_on_sentinel(job) {
+            Ok(()) => true,
+            Err(job) => std::thread::Builder::new()
+                .name("cxc-async-deaths".into())
+                .spawn(move || {
+                    cxc_mmf::orphan::ours();
+                    job()
+                })
+                .is_ok(),
+        }
     }
 
     /// Makes the reactor look at every group again.
@@ -405,15 +552,29 @@ impl Reactor {
         }
     }
 
-    fn run(&self) {
+    fn run(&'static self) {
         let mut waits: Vec<futex::Wait> = Vec::with_capacity(MAX_WORDS + 1);
         // (group, word, value announced) of every word in `waits` but the bell.
         let mut slept: Vec<(Key, usize, u32)> = Vec::with_capacity(MAX_WORDS);
+        // The death watch (none without an epoll instance), and when to try to start it
+        // again if it could not start. While it does not run, this thread looks for an
+        // orphaned process in its place.
+        let mut watching = false;
+        let mut next_try = Instant::now();
+        let mut looks = cxc_mmf::orphan::Looker::new();
         loop {
+            if !watching && self.epoll.is_some() && Instant::now() >= next_try {
+                watching = self.start_death_watch();
+                next_try = Instant::now() + DEATHS_RETRY;
+            }
             let bell = self.bell.load(Ordering::SeqCst);
             waits.clear();
             slept.clear();
-            let mut nap = IDLE_MAX;
+            let mut nap = if watching {
+                IDLE_MAX
+            } else {
+                IDLE_MAX.min(looks.tick())
+            };
             let mut bell_wait = futex::Wait::new();
             bell_wait.val = u64::from(bell);
             bell_wait.uaddr = futex::WaitPtr::new(self.bell.as_ptr().cast());

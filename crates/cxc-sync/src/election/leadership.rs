@@ -164,8 +164,8 @@ impl<B: ElectionBackend> Debug for Leadership<B> {
 }
 
 impl<B: ElectionBackend> Leadership<B> {
-    /// A term just won (the caller announced it), with its background renewer if the
-    /// config asks for one.
+    /// A term just won (the caller announced it), without its background renewer: see
+    /// [`start_renewer`](Self::start_renewer).
     pub(super) fn begin(
         backend: Arc<B>,
         config: Arc<ElectionConfig>,
@@ -178,8 +178,7 @@ impl<B: ElectionBackend> Leadership<B> {
             lost: AtomicBool::new(false),
             stop: (Mutex::new(false), Condvar::new()),
         });
-        let background = config.renewal == Renewal::Background;
-        let mut l = Leadership {
+        Leadership {
             backend,
             config,
             term,
@@ -187,22 +186,39 @@ impl<B: ElectionBackend> Leadership<B> {
             subscribers,
             renewer: None,
             proc: cxc_mmf::identity::current_proc(),
-        };
-        if background {
-            let core = l.core();
-            // Registered as the library's (`cxc_mmf::orphan::ours`): it does not count as
-            // a thread of the application (a thread the backend starts from it does).
-            l.renewer = Some(
-                std::thread::Builder::new()
-                    .name("cxc-election".into())
-                    .spawn(move || {
-                        cxc_mmf::orphan::ours();
-                        core.background()
-                    })
-                    .expect("cannot start the election's renewer thread"),
-            );
         }
-        l
+    }
+
+    /// Starts the background renewer if the config asks for one.
+    ///
+    /// # Errors
+    /// [`ElectionError::Thread`] if the thread cannot be started (e.g. a pids limit): the
+    /// term is then resigned (a standby can lead at once) and marked lost
+    /// (`StoppedLeading`), so no term is left that nobody renews.
+    pub(super) fn start_renewer(&mut self) -> Result<(), ElectionError> {
+        if self.config.renewal != Renewal::Background {
+            return Ok(());
+        }
+        let core = self.core();
+        // Registered as the library's (`cxc_mmf::orphan::ours`): it does not count as
+        // a thread of the application (a thread the backend starts from it does).
+        let spawned = std::thread::Builder::new()
+            .name("cxc-election".into())
+            .spawn(move || {
+                cxc_mmf::orphan::ours();
+                core.background()
+            });
+        match spawned {
+            Ok(h) => {
+                self.renewer = Some(h);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.backend.resign(&self.term);
+                self.core().mark_lost();
+                Err(ElectionError::Thread(e))
+            }
+        }
     }
 
     fn core(&self) -> Core<B> {

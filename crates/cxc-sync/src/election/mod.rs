@@ -213,6 +213,11 @@ pub enum ElectionError {
     /// The backend failed (the outcome of the call is unknown).
     #[error("election backend: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A thread the election needs could not be started (e.g. `EAGAIN` at a pids limit):
+    /// from [`Elector::campaign`] with [`Renewal::Background`], after the won term was
+    /// resigned again (nothing is left held).
+    #[error("cannot start the election's renewer thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
 fn backend<E: std::error::Error + Send + Sync + 'static>(e: E) -> ElectionError {
@@ -314,7 +319,9 @@ impl<B: ElectionBackend> Elector<B> {
     /// call (or the observation) that was under way then.
     ///
     /// # Errors
-    /// [`ElectionError::Backend`].
+    /// [`ElectionError::Backend`]; [`ElectionError::Thread`] if the term was won but its
+    /// background renewer ([`Renewal::Background`]) could not be started: the term is
+    /// resigned again before this returns.
     pub fn campaign(&self, timeout: Duration) -> Result<Option<Leadership<B>>, ElectionError> {
         let start = Instant::now();
         let id = &self.config.identity;
@@ -328,7 +335,7 @@ impl<B: ElectionBackend> Elector<B> {
             }
             .map_err(backend)?;
             if let Some(term) = won {
-                return Ok(Some(self.start(term, start)));
+                return self.start(term, start).map(Some);
             }
             // No observation after the timeout: it would only make `Ok(None)` later
             // (by a whole request on a backend that does not answer).
@@ -343,18 +350,23 @@ impl<B: ElectionBackend> Elector<B> {
         }
     }
 
-    fn start(&self, term: B::Term, _since: Instant) -> Leadership<B> {
+    /// A won term, announced, with its background renewer if the config asks for one.
+    /// If that cannot start, the term is resigned (announced as `StoppedLeading`) and the
+    /// error returned.
+    fn start(&self, term: B::Term, _since: Instant) -> Result<Leadership<B>, ElectionError> {
         let token = B::token(&term);
         emit(&self.subscribers, &ElectionEvent::StartedLeading { token });
         self.seen(&Leader {
             identity: self.config.identity.clone(),
             token,
         });
-        Leadership::begin(
+        let mut l = Leadership::begin(
             self.backend.clone(),
             self.config.clone(),
             term,
             self.subscribers.clone(),
-        )
+        );
+        l.start_renewer()?;
+        Ok(l)
     }
 }
