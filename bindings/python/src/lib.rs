@@ -153,6 +153,12 @@ fn grace_duration(secs: f64) -> PyResult<Duration> {
     Ok(grace)
 }
 
+/// Locks one of the binding's `std::sync::Mutex`es. Each is held only with the GIL and
+/// never across anything that may let the GIL go (no `unblocked`, no Python code, no
+/// Python object built or dropped under it), so no other thread can `os.fork()` while
+/// it is held (forking from Python needs the GIL) and a child never inherits one locked.
+/// State that a call holds without the GIL is behind cxc's fork-safe locks instead (the
+/// watchdog's scan state).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -168,14 +174,14 @@ fn write<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 // ---------------------------------------------------------------------------------------
 // Blocking waits
 
-/// Set by an `atexit` hook (registered at import): the interpreter is exiting. Only
-/// daemon threads still run then besides the exiting thread (non-daemon ones were joined
-/// before `atexit`).
+/// Set once the interpreter's exit ran its last `atexit` hook (see [`ExitGuard`]): from
+/// then on only the exiting thread may take the GIL. Only daemon threads still run then
+/// besides the exiting thread (non-daemon ones were joined before `atexit`).
 static EXITING: AtomicBool = AtomicBool::new(false);
 
 std::thread_local! {
-    /// Whether this thread runs the interpreter's exit (and its `atexit` hooks, which
-    /// may still use cxc normally).
+    /// Whether this thread runs the interpreter's exit (and may still use cxc normally
+    /// after its `atexit` hooks, e.g. in finalizers).
     static EXIT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -183,8 +189,37 @@ std::thread_local! {
 /// for a call that may release and retake it ([`unblocked`] after its wait, [`deliver`]).
 static WANT_GIL: AtomicUsize = AtomicUsize::new(0);
 
-#[pyfunction]
-fn _interpreter_exiting(py: Python<'_>) {
+/// Registered with `atexit` at import as a callable that does nothing, and owned by
+/// `atexit` alone: CPython drops it when it clears its callbacks, which it does right
+/// after it ran the *last* of them (`atexit_callfuncs` ends with `atexit_cleanup`, from
+/// 3.9 to 3.14; a hook registered while they run is not run, and dropped there too) and
+/// before it marks the runtime finalizing (from which point a thread other than the
+/// exiting one that takes the GIL is ended by `pthread_exit`). Its drop is the exit
+/// handshake with [`announce_gil`]. (A program that calls the private
+/// `atexit._run_exitfuncs()` or `atexit._clear()` itself starts it then, as it ran the
+/// package's hook before.)
+///
+/// The hook's own place in the `atexit` order does not matter: a hook registered before
+/// `cxc` was imported runs after this one (`atexit` is LIFO) and may still stop and join
+/// a worker thread that uses cxc (`test_attack5.py`). An earlier design set [`EXITING`]
+/// in the hook itself, and such a worker then parked for good in its next call: the
+/// exit hung.
+#[pyclass(module = "cxc._cxc", frozen)]
+struct ExitGuard;
+
+#[pymethods]
+impl ExitGuard {
+    fn __call__(&self) {}
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        interpreter_exiting();
+    }
+}
+
+/// The exit handshake (run by [`ExitGuard`]'s drop, on the exiting thread, GIL held).
+fn interpreter_exiting() {
     EXIT_THREAD.with(|t| t.set(true));
     // SYNC: exit handshake with `announce_gil` (SeqCst on both sides: either a thread
     // sees EXITING and never takes the GIL, or we see it counted and wait for it).
@@ -194,25 +229,28 @@ fn _interpreter_exiting(py: Python<'_>) {
     }
     // A thread that passed its check just before: let it take the GIL now, while that is
     // still safe, and finish (bounded, so a stuck one never holds the exit up for long).
-    py.allow_threads(|| {
-        let until = Instant::now() + Duration::from_secs(1);
-        while WANT_GIL.load(Ordering::SeqCst) > 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_micros(100));
-        }
+    // `with_gil` only borrows the GIL this thread holds (a dealloc runs with it).
+    Python::with_gil(|py| {
+        py.allow_threads(|| {
+            let until = Instant::now() + Duration::from_secs(1);
+            while WANT_GIL.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        })
     });
 }
 
 /// Before a thread other than the exiting one takes the GIL (back): counts it in
-/// [`WANT_GIL`], or, once the interpreter began to exit, sleeps until the process ends
-/// instead. CPython up to 3.13 ends a thread that takes the GIL during finalization with
-/// `pthread_exit`, whose forced unwinding through Rust frames aborts the whole process
-/// ("FATAL: exception not rethrown"). The caller calls [`gil_taken`] once it no longer
-/// needs the GIL back.
+/// [`WANT_GIL`], or, once the interpreter's exit ran its last `atexit` hook ([`EXITING`]),
+/// sleeps until the process ends instead. CPython up to 3.13 ends a thread that takes the
+/// GIL during finalization with `pthread_exit`, whose forced unwinding through Rust frames
+/// aborts the whole process ("FATAL: exception not rethrown"). The caller calls
+/// [`gil_taken`] once it no longer needs the GIL back.
 fn announce_gil() {
     if EXIT_THREAD.with(|t| t.get()) {
         return;
     }
-    // SYNC: exit handshake with `_interpreter_exiting`.
+    // SYNC: exit handshake with `interpreter_exiting`.
     WANT_GIL.fetch_add(1, Ordering::SeqCst);
     if EXITING.load(Ordering::SeqCst) {
         WANT_GIL.fetch_sub(1, Ordering::SeqCst);
@@ -398,9 +436,15 @@ impl LeaseGuard {
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&OwnedLeaseGuard<Payload>) -> PyResult<R>) -> PyResult<R> {
-        match lock(&self.guard).as_ref() {
-            Some(g) => f(g),
+    /// Runs `f` on the guard; the Python error is made once the lock is let go (see
+    /// [`lock`]).
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&OwnedLeaseGuard<Payload>) -> Result<R, GuardError>,
+    ) -> PyResult<R> {
+        let r = lock(&self.guard).as_ref().map(f);
+        match r {
+            Some(r) => r.map_err(guard_error),
             None => Err(released("lease guard")),
         }
     }
@@ -418,7 +462,7 @@ impl LeaseGuard {
     /// `InconsistentError` if the previous holder died mid-update (write a value or call
     /// `acknowledge_inconsistent()`).
     fn read<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let v = self.with(|g| g.read().map_err(guard_error))?;
+        let v = self.with(|g| g.read())?;
         Ok(PyBytes::new(py, &v))
     }
 
@@ -432,13 +476,13 @@ impl LeaseGuard {
         }
         let mut v = [0u8; 48];
         v[..data.len()].copy_from_slice(data);
-        self.with(|g| g.write(v).map_err(guard_error))
+        self.with(|g| g.write(v))
     }
 
     /// Refreshes the holder's heartbeat (a holder must beat within the lease's grace, or
     /// another process may take the lease over).
     fn beat(&self) -> PyResult<()> {
-        self.with(|g| g.beat().map_err(guard_error))
+        self.with(|g| g.beat())
     }
 
     /// Whether this claim still holds the lease.
@@ -702,7 +746,8 @@ impl SemaphorePermit {
 impl SemaphorePermit {
     /// Returns the permit; a second call does nothing.
     fn release(&self) {
-        drop(lock(&self.0).take());
+        let p = lock(&self.0).take();
+        drop(p);
     }
 
     /// Whether the permit was returned.
@@ -831,11 +876,12 @@ impl Registration {
         &self,
         f: impl FnOnce(&OwnedRegistration) -> Result<(), HeartbeatError>,
     ) -> PyResult<()> {
-        let reg = lock(&self.reg);
-        let Some(r) = reg.as_ref() else {
+        // The Python error is made once the lock is let go (see [`lock`]).
+        let r = lock(&self.reg).as_ref().map(f);
+        let Some(r) = r else {
             return Err(released("registration"));
         };
-        match f(r) {
+        match r {
             Ok(()) => Ok(()),
             Err(HeartbeatError::BitOutOfRange { .. }) => {
                 Err(PyValueError::new_err("bit must be in 0..64"))
@@ -934,23 +980,29 @@ impl OwnedWatchdog {
 }
 
 /// Finds workers that stopped beating or died, and reclaims their in-flight work.
+///
+/// No lock of the binding's around it: `FailoverWatchdog` is `Sync` and keeps its scan
+/// state behind a fork-safe lock, so a child forked while another thread is in `scan()`
+/// (without the GIL) takes that state over afresh. A `std::sync::Mutex` here was copied
+/// locked into such a child, whose first `scan()` / `reclaim()` then waited for ever
+/// with the GIL held (`test_attack5.py`: 2 to 10 forks in 20).
 #[pyclass(module = "cxc._cxc", frozen)]
 #[derive(Debug)]
-struct Watchdog(Mutex<OwnedWatchdog>);
+struct Watchdog(OwnedWatchdog);
 
 #[pymethods]
 impl Watchdog {
     #[new]
     #[pyo3(signature = (table, grace = 3))]
     fn new(table: &HeartbeatTableHandle, grace: u64) -> Self {
-        Watchdog(Mutex::new(OwnedWatchdog::new(table.inner.clone(), grace)))
+        Watchdog(OwnedWatchdog::new(table.inner.clone(), grace))
     }
 
     /// Ticks the epoch and reports dead slots with work in flight:
     /// a list of `(slot, pid, in_flight)`.
     fn scan(&self, py: Python<'_>) -> Vec<(usize, u32, u64)> {
         unblocked(py, || {
-            lock(&self.0)
+            self.0
                 .wd
                 .scan()
                 .dead_slots
@@ -963,7 +1015,7 @@ impl Watchdog {
     /// Fences a slot reported by the last `scan` and takes its in-flight bits (exactly
     /// once across watchdogs; 0 if another took them).
     fn reclaim(&self, slot: usize) -> u64 {
-        lock(&self.0).wd.reclaim(slot)
+        self.0.wd.reclaim(slot)
     }
 }
 
@@ -979,16 +1031,19 @@ enum Got {
 /// A waiter's Rust future (`lock_owned_async`, or `acquire_async` owning its handle).
 type WaitFuture = Pin<Box<dyn Future<Output = Got> + Send>>;
 
-/// Where a wake-up goes: the waiter's event loop and a weak reference to the
-/// `AsyncWaiter` (whose `_poll` is scheduled). Weak, so that the cxc reactor (which holds
-/// the waker while the Rust future waits) never keeps a waiter alive: a waiter whose task
-/// and loop are gone is collected, and its drop deregisters it. Cleared when the waiter is
-/// done.
+/// Where a wake-up goes: the waiter's event loop, a weak reference to the `AsyncWaiter`,
+/// and the package's `_poll_waiter` (scheduled with the waiter as its argument). Weak, so
+/// that the cxc reactor (which holds the waker while the Rust future waits) never keeps a
+/// waiter alive: a waiter whose task and loop are gone is collected, and its drop
+/// deregisters it. Cleared when the waiter is done.
 struct WakeTarget {
     /// Set by a wake, cleared by the poll it scheduled: one scheduled poll at a time.
     scheduled: AtomicBool,
-    target: Mutex<Option<(Py<PyAny>, Py<PyAny>)>>,
+    target: Mutex<Option<WakeTo>>,
 }
+
+/// `(event loop, weak reference to the waiter, the function to schedule)`.
+type WakeTo = (Py<PyAny>, Py<PyAny>, Py<PyAny>);
 
 impl Wake for WakeTarget {
     fn wake(self: Arc<Self>) {
@@ -1080,8 +1135,8 @@ fn deliver_now(w: &WakeTarget) {
     Python::with_gil(|py| {
         let target = lock(&w.target)
             .as_ref()
-            .map(|(l, weak)| (l.clone_ref(py), weak.clone_ref(py)));
-        let Some((event_loop, weak)) = target else {
+            .map(|(l, weak, poll)| (l.clone_ref(py), weak.clone_ref(py), poll.clone_ref(py)));
+        let Some((event_loop, weak, poll)) = target else {
             return;
         };
         // The waiter, unless it was collected meanwhile (then nobody waits).
@@ -1091,18 +1146,24 @@ fn deliver_now(w: &WakeTarget) {
         if waiter.is_none(py) {
             return;
         }
-        if let Ok(cb) = waiter.getattr(py, "_poll") {
-            // A closed loop raises RuntimeError: its waiters are gone with it.
-            let _ = event_loop.call_method1(py, "call_soon_threadsafe", (cb,));
-        }
+        // A closed loop raises RuntimeError: its waiters are gone with it.
+        let _ = event_loop.call_method1(py, "call_soon_threadsafe", (poll, waiter));
     });
 }
 
 /// One `await lease.lock_async()` / `await sem.acquire_async()`: owns the Rust future,
-/// polled on the event loop's thread (by `start`, then by `_poll` whenever the cxc
-/// reactor wakes it). No thread per waiter: the reactor (2 threads) and the wake-up
-/// bridge (1 thread) serve every waiter of the process. Dropping the future (`cancel`,
-/// `expire`, completion) leaves no claim, no permit and no registered waiter.
+/// polled on the event loop's thread (by the package's `_poll_waiter`, right after
+/// `start` and whenever the cxc reactor wakes it). No thread per waiter: the reactor (2
+/// threads) and the wake-up bridge (1 thread) serve every waiter of the process. Dropping
+/// the future (`cancel`, `expire`, completion) leaves no claim, no permit and no
+/// registered waiter.
+///
+/// The asyncio future is completed (`set_result`, `set_exception`) by the package's
+/// Python code, not under the extension's frames: that runs the loop's `call_soon`, which
+/// may let the GIL go, and a daemon loop thread that takes the GIL back while the
+/// interpreter finalizes is ended by `pthread_exit` (CPython < 3.14), whose unwinding
+/// through Rust frames aborts the process (`test_attack5.py`, `call_soon`: 2 to 3 of 4
+/// exits aborted when `_poll` called `set_result` itself).
 ///
 /// The waiter takes part in Python's cycle collection (`__traverse__`, `__clear__`): a
 /// waiter whose task was dropped unfinished (e.g. its loop closed under it) is collected
@@ -1137,79 +1198,74 @@ impl AsyncWaiter {
         let target = lock(&self.wake.target).take();
         drop(target);
     }
-
-    fn result_future(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        lock(&self.result).as_ref().map(|f| f.clone_ref(py))
-    }
 }
 
 #[pymethods]
 impl AsyncWaiter {
-    /// Binds the waiter to `event_loop` and the asyncio future `result`, and polls once.
-    fn start(slf: &Bound<'_, Self>, event_loop: Py<PyAny>, result: Py<PyAny>) -> PyResult<()> {
+    /// Binds the waiter to `event_loop` and the asyncio future `result`; a wake-up
+    /// schedules `poll(waiter)` on the loop (the caller then polls once).
+    fn start(
+        slf: &Bound<'_, Self>,
+        event_loop: Py<PyAny>,
+        result: Py<PyAny>,
+        poll: Py<PyAny>,
+    ) -> PyResult<()> {
         let me = slf.get();
         let weak = pyo3::types::PyWeakrefReference::new(slf)?
             .into_any()
             .unbind();
-        *lock(&me.wake.target) = Some((event_loop, weak));
-        *lock(&me.result) = Some(result);
-        Self::_poll(slf)
+        // What was there before (nothing, unless `start` is called twice) is dropped
+        // once the locks are let go (see [`lock`]).
+        let old_target = lock(&me.wake.target).replace((event_loop, weak, poll));
+        let old_result = lock(&me.result).replace(result);
+        drop((old_target, old_result));
+        Ok(())
     }
 
-    /// Polls the Rust future (on the loop's thread); completes the asyncio future with
-    /// the guard or permit when it is ready.
-    fn _poll(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let py = slf.py();
-        let me = slf.get();
-        me.wake.scheduled.store(false, Ordering::Release);
-        let Some(result) = me.result_future(py) else {
-            return Ok(());
-        };
-        if result.call_method0(py, "done")?.is_truthy(py)? {
-            // Cancelled (or expired) meanwhile: nothing must be claimed any more.
-            me.finish();
-            return Ok(());
-        }
+    /// The asyncio future given to `start` (`None` before it, or once cleared).
+    #[getter]
+    fn _future(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        lock(&self.result).as_ref().map(|f| f.clone_ref(py))
+    }
+
+    /// Polls the Rust future (on the loop's thread): the guard or permit once it is
+    /// ready, else `None`. The caller sets it as the asyncio future's result (or releases
+    /// it); it calls this only while that future is pending.
+    fn _poll(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.wake.scheduled.store(false, Ordering::Release);
         let ready = {
-            let mut fut = lock(&me.fut);
+            let mut fut = lock(&self.fut);
             let Some(f) = fut.as_mut() else {
-                return Ok(());
+                return Ok(None);
             };
-            match f.as_mut().poll(&mut Context::from_waker(&me.waker)) {
+            match f.as_mut().poll(&mut Context::from_waker(&self.waker)) {
                 Poll::Ready(got) => {
                     *fut = None;
                     got
                 }
-                Poll::Pending => return Ok(()),
+                Poll::Pending => return Ok(None),
             }
         };
-        me.finish();
-        let value = match ready {
+        self.finish();
+        // On error `got` is dropped, which releases the guard or permit.
+        Ok(Some(match ready {
             Got::Lease(g) => Py::new(py, LeaseGuard::new(g))?.into_any(),
             Got::Permit(p) => Py::new(py, SemaphorePermit::new(p))?.into_any(),
-        };
-        // On error (cannot happen: the future is not done and this is its loop's thread)
-        // `value` is dropped, which releases the guard or permit.
-        result.call_method1(py, "set_result", (value,))?;
-        Ok(())
+        }))
     }
 
-    /// Gives up (the awaiting task was cancelled): drops the Rust future.
+    /// Gives up (the awaiting task was cancelled, or the asyncio future is done): drops
+    /// the Rust future.
     fn cancel(&self) {
         self.finish();
     }
 
-    /// The timeout passed: drops the Rust future and fails the asyncio future with
-    /// `cxc.Timeout` if it is still pending.
-    fn expire(&self, py: Python<'_>, what: &str, timeout: f64) -> PyResult<()> {
+    /// The timeout passed: drops the Rust future and returns the `cxc.Timeout` the
+    /// caller fails the asyncio future with if it is still pending.
+    fn expire(&self, py: Python<'_>, what: &str, timeout: f64) -> PyResult<Py<PyAny>> {
         self.finish();
-        if let Some(result) = self.result_future(py)
-            && !result.call_method0(py, "done")?.is_truthy(py)?
-        {
-            let t = duration(Some(timeout))?.unwrap_or_default();
-            result.call_method1(py, "set_exception", (timeout_error(what, t),))?;
-        }
-        Ok(())
+        let t = duration(Some(timeout))?.unwrap_or_default();
+        Ok(timeout_error(what, t).into_value(py).into_any())
     }
 
     /// Whether the Rust future is still alive (waiting).
@@ -1227,10 +1283,11 @@ impl AsyncWaiter {
             visit.call(f)?;
         }
         if let Ok(t) = self.wake.target.try_lock()
-            && let Some((event_loop, weak)) = t.as_ref()
+            && let Some((event_loop, weak, poll)) = t.as_ref()
         {
             visit.call(event_loop)?;
             visit.call(weak)?;
+            visit.call(poll)?;
         }
         Ok(())
     }
@@ -1290,7 +1347,9 @@ struct ElectorHandle {
     /// The process that made `inner`.
     pid: u32,
     /// A forked child's own elector (default identity only), made on its first use.
-    /// Only a child ever locks it, so no parent thread can hold it across a `fork`.
+    /// Locked only with the GIL and only to look it up or store it, never while it is
+    /// made (without the GIL): a child forked by another thread meanwhile (a grandchild of
+    /// the handle's process) would inherit it locked and wait for ever (see [`lock`]).
     forked: Mutex<Option<(u32, Arc<Elector<MmapElection>>)>>,
 }
 
@@ -1323,18 +1382,31 @@ impl ElectorHandle {
         if !self.default_identity || me == self.pid {
             return Ok(self.inner.clone());
         }
-        let mut forked = lock(&self.forked);
-        if let Some((pid, e)) = forked.as_ref()
-            && *pid == me
-        {
-            return Ok(e.clone());
+        let mine = |f: &Option<(u32, Arc<Elector<MmapElection>>)>| {
+            f.as_ref()
+                .filter(|(pid, _)| *pid == me)
+                .map(|(_, e)| e.clone())
+        };
+        let found = mine(&lock(&self.forked));
+        if let Some(e) = found {
+            return Ok(e);
         }
         let grace = self.inner.config().lease_duration;
         let e = Arc::new(unblocked(py, || {
             open_elector(&self.path, false, grace, format!("py:{me}"))
         })?);
-        *forked = Some((me, e.clone()));
-        Ok(e)
+        // Another thread of this process may have stored one meanwhile: theirs is used
+        // (ours, never campaigned with, is dropped). What is replaced or dropped goes
+        // once the lock is let go.
+        let (chosen, unused) = {
+            let mut forked = lock(&self.forked);
+            match mine(&forked) {
+                Some(theirs) => (theirs, None),
+                None => (e.clone(), forked.replace((me, e))),
+            }
+        };
+        drop(unused);
+        Ok(chosen)
     }
 }
 
@@ -1598,9 +1670,10 @@ fn _cxc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<LeadershipHandle>()?;
     m.add_class::<AsyncWaiter>()?;
     m.add_function(wrap_pyfunction!(async_waiters, m)?)?;
-    let exiting = wrap_pyfunction!(_interpreter_exiting, m)?;
+    // Owned by `atexit` alone: its drop, after the last hook, is the exit handshake.
+    let guard = Py::new(m.py(), ExitGuard)?;
     m.py()
         .import("atexit")?
-        .call_method1("register", (exiting,))?;
+        .call_method1("register", (guard,))?;
     Ok(())
 }

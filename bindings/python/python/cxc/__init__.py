@@ -43,6 +43,35 @@ def _check_timeout(timeout):
         raise ValueError("invalid timeout: nan")
 
 
+def _poll_waiter(waiter):
+    """Polls an ``_cxc.AsyncWaiter`` on its loop's thread (right after ``start``, then
+    whenever the cxc reactor wakes it) and completes its asyncio future when the guard
+    or permit is there. The future is completed here, in Python, not inside the
+    extension: ``set_result`` runs the loop's ``call_soon``, which may let the GIL go,
+    and a daemon loop thread ended by the interpreter's exit there must not have the
+    extension's frames on its stack (docs/python.md)."""
+    fut = waiter._future
+    if fut is None:
+        return
+    if fut.done():
+        # Cancelled (or expired) meanwhile: nothing must be claimed any more.
+        waiter.cancel()
+        return
+    value = waiter._poll()
+    if value is not None:
+        # Cannot raise: the future is pending and this is its loop's thread. If it did,
+        # ``value`` would be collected, which releases it.
+        fut.set_result(value)
+
+
+def _expire_waiter(waiter, fut, what, timeout):
+    """The timeout of an ``_cxc.AsyncWaiter`` passed: drops its Rust future and fails
+    ``fut`` with :class:`Timeout` if it is still pending."""
+    exc = waiter.expire(what, timeout)
+    if not fut.done():
+        fut.set_exception(exc)
+
+
 async def _await_waiter(waiter, timeout, what):
     """Awaits an ``_cxc.AsyncWaiter``: its Rust future is polled on this event loop's
     thread, and the cxc reactor's wake-ups reach the loop through
@@ -52,9 +81,11 @@ async def _await_waiter(waiter, timeout, what):
     fut = loop.create_future()
     timer = None
     try:
-        waiter.start(loop, fut)
+        waiter.start(loop, fut, _poll_waiter)
+        _poll_waiter(waiter)
         if timeout is not None and not fut.done():
-            timer = loop.call_later(max(timeout, 0.0), waiter.expire, what, timeout)
+            timer = loop.call_later(max(timeout, 0.0), _expire_waiter, waiter, fut, what,
+                                    timeout)
         return await fut
     except BaseException:
         waiter.cancel()
