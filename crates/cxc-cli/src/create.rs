@@ -125,7 +125,7 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
             builder
                 .create::<u64>(0)
                 .map_err(|e| files::error(&path, &e))?;
-            println!("created lease {}", path.display());
+            cxc_cli::report!("created lease {}", path.display());
             Ok(())
         }
         CreateKind::Sem {
@@ -140,13 +140,13 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
                 .holders(crate::sem_run::holders_for(permits, holders)?);
             cxc::SharedSemaphore::create_with(&path, initial.unwrap_or(permits), permits, &opts)
                 .map_err(|e| files::error(&path, &e))?;
-            println!("created semaphore {} ({permits} permits)", path.display());
+            cxc_cli::report!("created semaphore {} ({permits} permits)", path.display());
             Ok(())
         }
         CreateKind::Cell { path, value } => {
             cxc::SharedCell::create(&path, value.unwrap_or([0; cxc_cli::CELL_BYTES]))
                 .map_err(|e| files::error(&path, &e))?;
-            println!(
+            cxc_cli::report!(
                 "created cell {} ({} bytes)",
                 path.display(),
                 cxc_cli::CELL_BYTES
@@ -166,7 +166,7 @@ pub(crate) fn run(what: CreateKind) -> Result<(), CliError> {
             };
             cxc::HeartbeatTable::create_with(&path, capacity, &opts)
                 .map_err(|e| files::error(&path, &e))?;
-            println!(
+            cxc_cli::report!(
                 "created heartbeat table {} ({capacity} slots)",
                 path.display()
             );

@@ -38,7 +38,8 @@ pub(crate) struct Elect {
     /// term is given back at once, so a standby takes over meanwhile).
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     restart_delay: Duration,
-    /// Run this command line with `sh -c`.
+    /// Run this command line with `$SHELL -c` (`/bin/sh -c` if SHELL is unset or empty), as
+    /// flock -c.
     #[arg(short = 'c', long = "command", conflicts_with = "cmd")]
     command: Option<OsString>,
     /// The command and its arguments.
@@ -83,7 +84,7 @@ pub(crate) fn run(args: Elect) -> Result<u8, CliError> {
 impl Elect {
     fn argv(&self) -> Vec<OsString> {
         match &self.command {
-            Some(c) => vec!["sh".into(), "-c".into(), c.clone()],
+            Some(c) => vec![crate::supervise::shell(), "-c".into(), c.clone()],
             None => self.cmd.clone(),
         }
     }
@@ -127,7 +128,7 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
             let _ = prev_token;
             let theirs = runs_an_earlier_term(&path, pgid, token);
             if theirs {
-                eprintln!(
+                cxc_cli::say!(
                     "cxc: {what}: the previous leader's command (process group {pgid}) \
                      outlived its term; terminating it before running"
                 );
@@ -150,7 +151,7 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
                     );
                 }
             } else {
-                eprintln!(
+                cxc_cli::say!(
                     "cxc: {what}: the previous leader named process group {pgid}, but none \
                      of its processes is that leader's command (the number was reused, or \
                      the command cleared its environment); leaving it alone"
@@ -160,7 +161,7 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
         // Run nothing unless the term is still ours (a candidate that took it over while
         // the group was ended runs its own command).
         if matches!(leadership.renew(), Err(ElectionError::Lost { .. })) {
-            eprintln!(
+            cxc_cli::say!(
                 "cxc: {what}: term (token {token}) lost while the previous command was ended; \
                  nothing was run; campaigning again"
             );
@@ -185,7 +186,7 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
             Ended::WrapperDied => return Ok(EXIT_LEASE_LOST),
             Ended::Exited(code) if signals.seen() => return Ok(code),
             Ended::Exited(code) => {
-                eprintln!(
+                cxc_cli::say!(
                     "cxc: {what}: the command exited ({code}); gave the term (token {token}) \
                      back; campaigning again in {:?}",
                     args.restart_delay
@@ -198,7 +199,7 @@ fn keep(args: Elect, parent: &Parent, signals: &Signals) -> Result<u8, CliError>
                     return Ok(code);
                 }
             }
-            Ended::Lost => eprintln!(
+            Ended::Lost => cxc_cli::say!(
                 "cxc: {what}: term (token {token}) lost; the command's process group was \
                  terminated; campaigning again"
             ),

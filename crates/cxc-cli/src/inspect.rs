@@ -255,7 +255,8 @@ pub const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
 ///
 /// # Errors
 /// Exit 2 when the file is missing (unless `wait_for_file`: then it waits for it to
-/// appear) or stops being a cxc file; other errors are shown and retried.
+/// appear) or stops being a cxc file, or stdout cannot be written (other than a reader
+/// that is gone: that ends the watch with success); other errors are shown and retried.
 pub fn watch(
     path: &Path,
     interval: Duration,
@@ -293,9 +294,10 @@ pub fn watch(
         } else {
             writeln!(out, "{text}")
         };
-        // A closed pipe (e.g. `| head`) ends the watch.
-        if written.and_then(|()| out.flush()).is_err() {
-            return Ok(());
+        // A closed pipe (e.g. `| head`) ends the watch quietly, with success; another
+        // failed write (`/dev/full`) with exit 2 (`crate::stdout_outcome`).
+        if let Err(e) = written.and_then(|()| out.flush()) {
+            return crate::stdout_outcome(Err(e));
         }
         std::thread::sleep(interval);
     }

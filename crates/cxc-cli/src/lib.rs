@@ -24,6 +24,64 @@ pub use inspect::{
     MIN_WATCH_INTERVAL, SemaphoreView, State, TestView, View, load, watch,
 };
 
+/// Writes one line to stderr, formatted as `eprintln!` does, and ignores a failed write.
+///
+/// `eprintln!` panics when the write fails (stderr a pipe whose reader is gone: the Rust
+/// runtime ignores SIGPIPE, so the write returns `EPIPE`; or `/dev/full`), which turned a
+/// message into a crash (exit 101), or, in a keeper's monitor thread, into a signal that
+/// no longer ended the run. A message that cannot be written is dropped; the exit code
+/// still says what happened. The line is written in one `write(2)` where the kernel
+/// allows it, so lines of concurrent runs sharing a stderr do not interleave.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::write_stderr(&::std::format!("{}\n", ::std::format_args!($($arg)*)))
+    };
+}
+
+/// Writes `text` to stdout (as [`write_stdout`]) and ignores a failed write: for the
+/// report of a command whose exit code tells its result by itself (`cxc create`: the
+/// file was made whether or not the line was read).
+#[macro_export]
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        let _ = $crate::write_stdout(&::std::format!("{}\n", ::std::format_args!($($arg)*)));
+    }};
+}
+
+/// Writes `text` to stderr, ignoring a failed write (see [`say!`]).
+pub fn write_stderr(text: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
+/// Writes `text` to stdout and flushes it; the error if that failed.
+///
+/// # Errors
+/// The failed write (see [`stdout_outcome`] for how the commands treat it).
+pub fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// What a failed write of a command's report to stdout means (docs/cli.md, "Output that
+/// cannot be written"): a reader that is gone (`EPIPE`: `cxc inspect F | head -1`) ends
+/// the command quietly with success, as a program that SIGPIPE ends prints nothing; any
+/// other error (`/dev/full`: `ENOSPC`) is the command's failure, exit 2.
+///
+/// # Errors
+/// [`EXIT_ERROR`] with `cannot write to stdout: ...` for an error other than `EPIPE`.
+pub fn stdout_outcome(written: std::io::Result<()>) -> Result<(), CliError> {
+    match written {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::usage(format!("cannot write to stdout: {e}"))),
+    }
+}
+
 /// A file's path as the Prometheus report labels it: the path itself when it is UTF-8,
 /// else with every backslash doubled and every byte that is not UTF-8 written as `\xHH`,
 /// so distinct paths always get distinct label values (a lossy conversion would show the

@@ -4,10 +4,14 @@
 //! (or `-E N`) when `--wait` ran out or `-n` found the claim taken; 2 for usage errors and
 //! bad files; 126/127 when the command could not be run/found; 75 when the lease, the
 //! write lock or the term was lost while the command ran (the command was terminated).
-#![forbid(unsafe_code)]
+//!
+//! `unsafe` is denied but for [`dispositions`], which reads a signal's disposition with
+//! sigaction(2).
+#![deny(unsafe_code)]
 
 mod create;
 mod demo;
+mod dispositions;
 mod duration;
 mod elect;
 mod lease_run;
@@ -21,7 +25,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use cxc_cli::{
-    CliError, EXIT_CANNOT_EXEC, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT, files, render,
+    CliError, EXIT_CANNOT_EXEC, EXIT_LEASE_LOST, EXIT_NOT_FOUND, EXIT_TIMEOUT, files, render, say,
 };
 
 /// See and use cxc cross-process primitives (leases, heartbeat tables, semaphores).
@@ -134,20 +138,15 @@ fn run(cli: Cli) -> Result<u8, CliError> {
                 .iter()
                 .map(|p| cxc_cli::load(p))
                 .collect::<Result<Vec<_>, _>>()?;
-            match (json, format.as_str()) {
-                (true, _) | (false, "json") => {
-                    for v in &views {
-                        println!("{}", render::json(v));
-                    }
-                }
-                (false, "prometheus") => print!("{}", cxc_cli::prometheus::render(&views)),
-                _ => {
-                    for v in &views {
-                        print!("{}", render::text(v));
-                    }
-                }
-            }
-            Ok(0)
+            let text: String = match (json, format.as_str()) {
+                (true, _) | (false, "json") => views
+                    .iter()
+                    .map(|v| format!("{}\n", render::json(v)))
+                    .collect(),
+                (false, "prometheus") => cxc_cli::prometheus::render(&views),
+                _ => views.iter().map(render::text).collect(),
+            };
+            cxc_cli::stdout_outcome(cxc_cli::write_stdout(&text)).map(|()| 0)
         }
         Command::Watch {
             path,
@@ -185,11 +184,12 @@ fn run(cli: Cli) -> Result<u8, CliError> {
 }
 
 fn main() -> ExitCode {
+    dispositions::survive_file_size_limit();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("cxc: {}", e.msg);
+            say!("cxc: {}", e.msg);
             ExitCode::from(e.code)
         }
     }

@@ -102,7 +102,7 @@ pub(crate) fn create(args: CreateRwLock) -> Result<(), CliError> {
         .mode(args.mode);
     SharedRwLock::<Payload>::create_with(&args.path, 0, &opts)
         .map_err(|e| rw_error(&args.path, &e))?;
-    println!(
+    cxc_cli::report!(
         "created rwlock {} ({} holders, grace {:?})",
         args.path.display(),
         args.holders,

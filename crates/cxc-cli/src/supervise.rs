@@ -49,7 +49,8 @@ Exit codes:
 
 The claim is held on behalf of the command's process group: the next run starts only
 once that group is gone, whatever happens to this wrapper. SIGTERM/SIGINT/SIGHUP are
-forwarded to the group; if the wrapper dies, the group is terminated (SIGTERM, SIGKILL
+forwarded to the group (one the caller ignores, as nohup does, stays ignored, for the
+command too); if the wrapper dies, the group is terminated (SIGTERM, SIGKILL
 2 s later). See docs/cli.md.";
 
 /// Set in the keeper's environment to the wrapper's pid (removed from the command's).
@@ -72,7 +73,10 @@ const FORWARDED: [(i32, Signal); 3] = [
     (signal_hook::consts::SIGHUP, Signal::HUP),
 ];
 
-/// SIGTERM, SIGINT and SIGHUP caught (not fatal) and reported through a pipe.
+/// SIGTERM, SIGINT and SIGHUP caught (not fatal) and reported through a pipe; one that
+/// the caller left ignored (`nohup`, a background job of a non-interactive shell) is left
+/// ignored, not forwarded, and so inherited ignored by the keeper and the command, as
+/// under flock(1).
 pub(crate) struct Signals {
     rx: UnixStream,
     flags: Vec<(Signal, Arc<AtomicBool>)>,
@@ -87,10 +91,20 @@ impl Signals {
         tx.set_nonblocking(true)?;
         let mut flags = Vec::new();
         for (raw, sig) in FORWARDED {
+            if crate::dispositions::is_ignored(raw) {
+                continue;
+            }
             let flag = Arc::new(AtomicBool::new(false));
             signal_hook::flag::register(raw, Arc::clone(&flag))?;
             signal_hook::low_level::pipe::register(raw, tx.try_clone()?)?;
             flags.push((sig, flag));
+        }
+        // A signal that came between its flag's registration and its pipe's set the flag
+        // but wrote nothing: wake the first wait so that it looks at the flags (else a
+        // wrapper blocked in poll never forwarded it, and a SIGTERM in its first
+        // milliseconds was lost; attack33_cli, "sigterm_in_the_first_milliseconds").
+        if flags.iter().any(|(_, f)| f.load(Ordering::Acquire)) {
+            let _ = std::io::Write::write(&mut &tx, &[0]);
         }
         Ok(Signals {
             rx,
@@ -296,6 +310,14 @@ pub(crate) fn spawn(cmd: &[OsString], env: &[(&str, OsString)]) -> Result<Runnin
         .ok_or_else(|| CliError::usage("the command has no pid"))
         .and_then(|p| Ok(rustix::process::pidfd_open(p, PidfdFlags::empty())?))?;
     Ok(Running { child, pidfd, pgid })
+}
+
+/// The shell of `-c CMDLINE`, as flock(1) picks it: `$SHELL`, or `/bin/sh` if SHELL is
+/// unset or empty (not `sh` looked up in PATH: a service's trimmed PATH may have none).
+pub(crate) fn shell() -> OsString {
+    std::env::var_os("SHELL")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "/bin/sh".into())
 }
 
 /// The file `program` names, as execvp(3) finds it: itself if it contains a `/`, else the

@@ -104,7 +104,7 @@ fn progress(done: u64, total: u64, note: &str) {
     let filled = (done as usize * width) / total.max(1) as usize;
     let bar = format!("{}{}", "#".repeat(filled), ".".repeat(width - filled));
     if std::io::stderr().is_terminal() {
-        eprint!("\r[{bar}] {done:>4}/{total} units  {note:<40}");
+        cxc_cli::write_stderr(&format!("\r[{bar}] {done:>4}/{total} units  {note:<40}"));
     }
 }
 
@@ -137,7 +137,7 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
     )?;
     let sem = SharedSemaphore::create(f.sem(), cap, cap)?;
     let board = Board::create(&f.board(), args.units, cap)?;
-    println!(
+    cxc_cli::report!(
         "cxc demo: {} workers, {} units, at most {cap} at once; files in {}",
         args.workers,
         args.units,
@@ -156,7 +156,10 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
     ] {
-        signal_hook::flag::register(sig, Arc::clone(&interrupted))?;
+        // One the caller ignores (`nohup`) stays ignored, as for `lease run`.
+        if !crate::dispositions::is_ignored(sig) {
+            signal_hook::flag::register(sig, Arc::clone(&interrupted))?;
+        }
     }
     let mut primary = Some(spawn(&dir, "coordinator", "coordinator-A")?);
     let primary_pid = primary.as_ref().map_or(0, |p| p.child.id());
@@ -279,7 +282,7 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
         let looking = killed_worker.is_none() && done >= total / 3;
         std::thread::sleep(Duration::from_millis(if looking { 1 } else { 20 }));
     }
-    eprintln!();
+    cxc_cli::say!("");
     board.head(board::SHUTDOWN).store(1, Ordering::Release);
     let mut all = workers;
     all.push(standby);
@@ -299,7 +302,7 @@ pub(crate) fn run(args: Demo) -> Result<u8, CliError> {
     }
     events::log(&dir, "demo", "all processes stopped");
     if interrupted.load(Ordering::Relaxed) {
-        eprintln!("cxc demo: interrupted; its processes were stopped");
+        cxc_cli::say!("cxc demo: interrupted; its processes were stopped");
         return Ok(130);
     }
     let ok = summary(
@@ -325,11 +328,11 @@ fn summary(
 ) -> Result<bool, CliError> {
     let evs = events::read(dir);
     let t0 = evs.first().map_or(0, |e| e.t_ns);
-    println!("\ntimeline (ms since start):");
+    cxc_cli::report!("\ntimeline (ms since start):");
     for e in &evs {
         let interesting = !e.what.starts_with("took unit") && !e.what.starts_with("done unit");
         if interesting {
-            println!(
+            cxc_cli::report!(
                 "  {:>8.1}  {:<14} {}",
                 (e.t_ns - t0) as f64 / 1e6,
                 e.who,
@@ -376,10 +379,10 @@ fn summary(
     let permits_back = sem.available() == sem.max_permits();
     let lease_state = lease.status();
 
-    println!("\nsummary:");
+    cxc_cli::report!("\nsummary:");
     let mut ok = true;
     let mut check = |good: bool, text: String| {
-        println!("  [{}] {text}", if good { " ok " } else { "FAIL" });
+        cxc_cli::report!("  [{}] {text}", if good { " ok " } else { "FAIL" });
         ok &= good;
     };
     let listing: Vec<String> = (0..units)
@@ -393,7 +396,7 @@ fn summary(
             }
         })
         .collect();
-    println!("  units: {}", listing.join(" "));
+    cxc_cli::report!("  units: {}", listing.join(" "));
     check(
         missing.is_empty(),
         format!(
@@ -449,7 +452,7 @@ fn summary(
             lease_state.generation
         ),
     );
-    println!(
+    cxc_cli::report!(
         "\n{}",
         if ok {
             "demo passed: every invariant held"

@@ -97,7 +97,7 @@ fn end_orphan(
             .as_deref()
             .is_some_and(|m| group_carries(pgid, MARK_VAR, m));
         if ours {
-            eprintln!(
+            cxc_cli::say!(
                 "cxc: {what}: the previous exclusive command (process group {pgid}) outlived \
                  its claim; terminating it before running"
             );
@@ -105,7 +105,7 @@ fn end_orphan(
                 return false;
             }
         } else {
-            eprintln!(
+            cxc_cli::say!(
                 "cxc: {what}: the payload names process group {pgid}, but none of its \
                  processes is the previous run's command (the number was reused, or the \
                  command cleared its environment); leaving it alone"
@@ -143,7 +143,7 @@ pub(crate) fn wait_nested_keepers_where(
             return true;
         }
         if continued.is_empty() {
-            eprintln!(
+            cxc_cli::say!(
                 "cxc: {what}: a run nested in the previous {whose} is still ending its own \
                  command; waiting for it before running"
             );

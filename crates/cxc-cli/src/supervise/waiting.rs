@@ -26,7 +26,8 @@ pub(crate) struct Waiting {
     /// Exit code when -n finds the claim taken or -w runs out (default 1), as flock -E.
     #[arg(short = 'E', long = "conflict-exit-code", default_value_t = crate::EXIT_TIMEOUT)]
     pub(crate) conflict_exit_code: u8,
-    /// Run this command line with `sh -c`, as flock -c.
+    /// Run this command line with `$SHELL -c` (`/bin/sh -c` if SHELL is unset or empty), as
+    /// flock -c.
     #[arg(short = 'c', long = "command", conflicts_with = "cmd")]
     pub(crate) command: Option<OsString>,
     /// The command and its arguments.
@@ -52,7 +53,7 @@ impl Waiting {
     /// The command line to run.
     pub(crate) fn argv(&self) -> Vec<OsString> {
         match &self.command {
-            Some(c) => vec!["sh".into(), "-c".into(), c.clone()],
+            Some(c) => vec![crate::supervise::shell(), "-c".into(), c.clone()],
             None => self.cmd.clone(),
         }
     }
@@ -147,7 +148,7 @@ impl Monitor {
                         return;
                     }
                     if ready[1] {
-                        eprintln!("cxc: the wrapper is gone");
+                        cxc_cli::say!("cxc: the wrapper is gone");
                         std::process::exit(i32::from(cxc_cli::EXIT_ERROR));
                     }
                     if ready[2] {
@@ -157,7 +158,7 @@ impl Monitor {
                             flags.iter().find(|(_, f)| f.load(Ordering::Acquire))
                         {
                             let e = interrupted(&what, *sig);
-                            eprintln!("cxc: {}", e.msg);
+                            cxc_cli::say!("cxc: {}", e.msg);
                             std::process::exit(i32::from(e.code));
                         }
                     }
