@@ -68,7 +68,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    EtcdCluster, child, connect, elector, keys_under, max_overlap, mono_ns, rt, serial,
+    EtcdCluster, child, connect, elector, keys_under, max_overlap, mono_ns, patiently, rt, serial,
     starting_with,
 };
 use cxc_etcd::{
@@ -89,22 +89,6 @@ fn server_leases(etcd: &Etcd) -> Vec<i64> {
     match rt().block_on(async move { c.leases().await }) {
         Ok(r) => r.leases().iter().map(|l| l.id()).collect(),
         Err(e) => panic!("leases: {e}"),
-    }
-}
-
-/// Retries `f` on `Err` for up to `patience` (the first requests after a failover may
-/// meet the election).
-fn patiently<T>(what: &str, patience: Duration, mut f: impl FnMut() -> Result<T, EtcdError>) -> T {
-    let until = Instant::now() + patience;
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) if Instant::now() < until => {
-                eprintln!("attack33: {what}: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
     }
 }
 

@@ -41,7 +41,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{EtcdCluster, connect, max_overlap, mono_ns, rt, serial, starting_with};
+use common::{EtcdCluster, connect, max_overlap, mono_ns, patiently, rt, serial, starting_with};
 use cxc_etcd::{
     ElectionBackend, EtcdElection, EtcdError, EtcdLease, EtcdSemaphore, FencedLease, KeepAlive,
 };
@@ -164,21 +164,6 @@ fn flock_free(f: &File) -> bool {
 
 fn funlock(f: &File) {
     rustix::fs::flock(f, rustix::fs::FlockOperation::Unlock).expect("unlock");
-}
-
-/// Retries `f` on `Err` for up to `patience`.
-fn patiently<T>(what: &str, patience: Duration, mut f: impl FnMut() -> Result<T, EtcdError>) -> T {
-    let until = Instant::now() + patience;
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(e) if Instant::now() < until => {
-                eprintln!("attack34: {what}: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
-    }
 }
 
 /// Gives a held primitive back (release, give, resign).

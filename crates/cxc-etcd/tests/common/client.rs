@@ -2,9 +2,9 @@
 //! requests that look at etcd behind the backend's back, and member lists.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use cxc_etcd::{Etcd, EtcdElection, EtcdOptions, KeepAlive};
+use cxc_etcd::{Etcd, EtcdElection, EtcdError, EtcdOptions, KeepAlive};
 use cxc_sync::election::{ElectionConfig, Elector};
 
 use super::EtcdCluster;
@@ -103,4 +103,24 @@ pub fn log_tokens(data: &[u8], holders: &str) -> Vec<u64> {
         "accepted writes of two {holders} interleave: {tokens:?}"
     );
     tokens
+}
+
+/// Retries `f` on `Err` for up to `patience` (the first requests after a failover or a
+/// membership change may meet the election), then panics naming `what`.
+pub fn patiently<T>(
+    what: &str,
+    patience: Duration,
+    mut f: impl FnMut() -> Result<T, EtcdError>,
+) -> T {
+    let until = Instant::now() + patience;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() < until => {
+                eprintln!("{what}: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
 }

@@ -17,7 +17,7 @@ pub use cxc_testkit::mono_ns;
 use cxc_testkit::{Proc, RoleCommand, find_program, wait_until};
 
 pub use client::{
-    connect, elector, keys_under, log_tokens, others, revoke, rt, serial, starting_with,
+    connect, elector, keys_under, log_tokens, others, patiently, revoke, rt, serial, starting_with,
 };
 pub use etcd::{EtcdCluster, EtcdServer};
 
