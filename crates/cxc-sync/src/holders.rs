@@ -35,13 +35,17 @@ impl HolderCache {
     }
 
     /// This process's slot, registering it with `register` (serialised within the
-    /// process) unless another thread did while this one waited; cached.
+    /// process) unless another thread did while this one waited; cached. Fails (and is
+    /// tried again on the next use) while this process's identity cannot be read whole
+    /// (out of descriptors): a slot recorded with a partial identity could never be
+    /// reclaimed. `path` is the file's, for that error.
     #[cold]
-    pub(crate) fn register<E>(
+    pub(crate) fn register<E: From<cxc_mmf::MmfError>>(
         &self,
+        path: &std::path::Path,
         register: impl FnOnce(&Identity) -> Result<usize, E>,
     ) -> Result<usize, E> {
-        let me = Identity::current();
+        let me = cxc_mmf::identity::identify_for(path)?;
         let proc = cxc_mmf::identity::current_proc();
         let _guard = REGISTRY.lock();
         if let Some(slot) = self.get(proc) {
@@ -87,8 +91,28 @@ pub(crate) fn is_dead(pid: u32, tag: u32) -> bool {
     match lookup_pid(pid, tag & TAG_FALLBACK != 0) {
         PidLookup::NoProcess => true,
         PidLookup::Unknown => false,
-        PidLookup::Found(id) => identity_tag(&id) != tag || liveness(&id) == Liveness::Dead,
+        PidLookup::Found(id) if identity_tag(&id) == tag => liveness(&id) == Liveness::Dead,
+        // Another process has the pid now, unless a fallback start time one tick away
+        // is the same process seen through a time namespace whose boot clock offset is
+        // not a whole tick (`/proc` rounds the shifted time): cannot tell then.
+        PidLookup::Found(id) => !(id.is_fallback() && tag_one_tick_away(&id, tag)),
     }
+}
+
+/// Whether `tag` is the tag of the fallback identity `id` with a start time one tick
+/// earlier or later.
+fn tag_one_tick_away(id: &Identity, tag: u32) -> bool {
+    use cxc_mmf::identity::FALLBACK_BIT;
+    let start = id.unique & !FALLBACK_BIT;
+    [start.wrapping_sub(1), start.wrapping_add(1)]
+        .into_iter()
+        .filter(|&s| s != 0 && s & FALLBACK_BIT == 0)
+        .any(|s| {
+            identity_tag(&Identity {
+                unique: FALLBACK_BIT | s,
+                ..*id
+            }) == tag
+        })
 }
 
 /// Whether this process (pid `me`, identity tag `my_tag`) may take over the holder slot

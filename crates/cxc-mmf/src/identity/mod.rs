@@ -23,7 +23,9 @@
 //! is handed to a new process that starts within the same tick looks identical (same pid,
 //! same start time, same boot). Pid reuse needs the whole pid space (`pid_max`, 4 194 304
 //! by default on 64-bit) to wrap within those 10 ms, or a crafted `ns_last_pid`; the
-//! pidfs path has no such window.
+//! pidfs path has no such window. A process started one tick later under the same pid
+//! is not taken for the old one but gets [`Liveness::Unknown`] (see below), so its
+//! holder's record is judged dead only once that pid is free again.
 //!
 //! # What counts as dead
 //!
@@ -32,8 +34,10 @@
 //! task in `/proc/<pid>/task` is a zombie or gone. A main thread that called
 //! `pthread_exit` while other threads run makes `/proc/<pid>/stat` say `Z`; that letter
 //! is not a death certificate and such a process is [`Liveness::Alive`]. A pid that now
-//! names another process (another pidfs inode, or another start time on the fallback
-//! path) is Dead too, as is any identity recorded during another boot.
+//! names another process (another pidfs inode, or on the fallback path a start time more
+//! than one tick away) is Dead too, as is any identity recorded during another boot. A
+//! start time exactly one tick away is [`Liveness::Unknown`]: a time namespace whose boot
+//! clock offset is not a whole tick makes `/proc` round the same start time either way.
 //!
 //! # Pid namespaces
 //!
@@ -233,6 +237,18 @@ pub fn identify() -> Result<Identity, Errno> {
     Ok(Identity::current())
 }
 
+/// [`identify`] for a record in the file at `path`: the error is an [`MmfError::Io`]
+/// ("identify this process") naming it. Every registration that records this process's
+/// identity in a file (a holder slot, an identity slot, a heartbeat slot) goes through
+/// it, so a forked child short of descriptors never records an identity that stays
+/// unknown (its registration fails, and is tried again on the next use).
+///
+/// # Errors
+/// As [`identify`].
+pub fn identify_for(path: &std::path::Path) -> Result<Identity, crate::MmfError> {
+    identify().map_err(|e| crate::MmfError::io("identify this process", path, e.into()))
+}
+
 /// This process's `CLOCK_MONOTONIC` offset in ns from the machine's: non-zero in a time
 /// namespace (`unshare --time`), where every monotonic clock is shifted. Subtract it to
 /// get a time all processes of the machine agree on. Cached; correct after `fork`.
@@ -334,6 +350,12 @@ fn liveness_fallback(id: &Identity, me: &cache::Facts) -> Liveness {
     match procfs::stat_of(id.pid, None) {
         None => Liveness::Unknown,
         Some((ProcStatus::Gone, _)) => Liveness::Dead,
+        // Another process has the pid now; one tick away may be the same process seen
+        // through a time namespace whose boot clock offset is not a whole tick (`/proc`
+        // rounds the shifted start time): cannot tell.
+        Some((_, s)) if procfs::machine_ticks(s, me.boot_off).abs_diff(start) == 1 => {
+            Liveness::Unknown
+        }
         Some((_, s)) if procfs::machine_ticks(s, me.boot_off) != start => Liveness::Dead,
         Some((ProcStatus::Live { .. }, _)) => Liveness::Alive,
         // The main thread exited: alive as long as any thread runs.

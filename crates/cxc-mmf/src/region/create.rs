@@ -191,9 +191,7 @@ fn zero_fill(file: &std::fs::File, len: u64) -> std::io::Result<()> {
 /// for good (never judged dead). Such a shortage is an `Io` error here (the next call
 /// tries again).
 pub(super) fn identify(path: &Path) -> Result<(), MmfError> {
-    crate::identity::identify()
-        .map(drop)
-        .map_err(|e| MmfError::io("identify this process", path, e.into()))
+    crate::identity::identify_for(path).map(drop)
 }
 
 fn refuse_existing(path: &Path) -> Result<(), MmfError> {

@@ -318,8 +318,12 @@ impl HeartbeatTable {
             self.mine_pid
                 .store(proc, std::sync::atomic::Ordering::Relaxed);
         }
+        // This process's identity must be whole (a forked child short of descriptors
+        // would record a partial one, which no watchdog could ever judge dead); it is
+        // also what a lookup of another pid is made against.
+        let mine = cxc_mmf::identity::identify_for(self.map.path())?;
         let identity = if pid == me {
-            Identity::current()
+            mine
         } else {
             Identity::of_pid(pid).unwrap_or_default()
         };

@@ -387,7 +387,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
     #[cold]
     fn holder_slow(&self, pid: u64, register: bool) -> Option<u8> {
         use std::sync::atomic::Ordering as O;
-        let me = Identity::current();
+        // No slot while this process's identity cannot be read whole (out of
+        // descriptors): one recorded partial could never be judged dead. The next use
+        // tries again.
+        let me = cxc_mmf::identity::identify().ok()?;
         let st = self.state();
         let _serial = super::ident::REGISTRY.lock();
         let h = if register {

@@ -269,7 +269,7 @@ impl<T> SharedRwLock<T> {
         // `open` refuses one opened there.
         check_namespace(self.map.info().layout.params[2])
             .map_err(|(expected, found)| RwLockError::ForeignPidNamespace { expected, found })?;
-        self.holder.register(|me| {
+        self.holder.register(self.map.path(), |me| {
             let slots = self.map.slots();
             let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(me));
             let claim_free = || {

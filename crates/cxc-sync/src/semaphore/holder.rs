@@ -31,7 +31,9 @@ impl SharedSemaphore {
     ///
     /// # Errors
     /// [`SemaphoreError::TableFull`] if every slot belongs to a live process (dead
-    /// holders are reclaimed first to make room).
+    /// holders are reclaimed first to make room); [`SemaphoreError::File`] (an `Io`
+    /// error, "identify this process") while this process's identity cannot be read
+    /// whole, e.g. a forked child out of file descriptors.
     pub fn register(&self) -> Result<(), SemaphoreError> {
         self.holder_slow().map(|_| ())
     }
@@ -41,7 +43,7 @@ impl SharedSemaphore {
         // A handle carried into another pid namespace (`unshare` + `fork`) is refused as
         // `open` refuses one opened there.
         super::error::check_namespace(self.map.info().layout.params[2])?;
-        self.holder.register(|me| {
+        self.holder.register(self.map.path(), |me| {
             let raw = self.raw();
             let owner = owner_word(STATE_ACTIVE, me.pid, identity_tag(me));
             find_or_claim(
