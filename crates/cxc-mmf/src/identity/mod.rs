@@ -237,7 +237,7 @@ pub fn identify() -> Result<Identity, Errno> {
     Ok(Identity::current())
 }
 
-/// [`identify`] for a record in the file at `path`: the error is an [`MmfError::Io`]
+/// [`identify`] for a record in the file at `path`: the error is an [`MmfError::Io`](crate::MmfError::Io)
 /// ("identify this process") naming it. Every registration that records this process's
 /// identity in a file (a holder slot, an identity slot, a heartbeat slot) goes through
 /// it, so a forked child short of descriptors never records an identity that stays
