@@ -59,9 +59,9 @@ impl<'a> EtcdPermitGuard<'a> {
     ///
     /// # Errors
     /// As [`EtcdSemaphore::give_permit`]: a give that was never sent leaves the permit
-    /// held by the handle ([`EtcdSemaphore::give`] or [`EtcdSemaphore::give_permit`]
-    /// retry); one whose outcome is unknown leaves it no longer held (the handle's later
-    /// gives and takes send its delete again).
+    /// held by the handle ([`PermitPool::give`](crate::PermitPool::give) or
+    /// [`EtcdSemaphore::give_permit`] retry); one whose outcome is unknown leaves it no
+    /// longer held (the handle's later gives and takes send its delete again).
     pub fn release(mut self) -> Result<bool, EtcdError> {
         let permit = self.permit.take().expect("permit present until consumed");
         self.pool.give_permit(&permit)
