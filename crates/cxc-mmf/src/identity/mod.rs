@@ -497,8 +497,15 @@ mod tests {
             ..me
         };
         assert_eq!(liveness(&fb), Liveness::Alive);
-        let later = Identity {
+        // One tick away cannot be told from this process seen through a time namespace
+        // whose boot clock offset is not a whole tick; two ticks away is another process.
+        let next_tick = Identity {
             unique: FALLBACK_BIT | (self_start_time() + 1),
+            ..me
+        };
+        assert_eq!(liveness(&next_tick), Liveness::Unknown);
+        let later = Identity {
+            unique: FALLBACK_BIT | (self_start_time() + 2),
             ..me
         };
         assert_eq!(liveness(&later), Liveness::Dead);
