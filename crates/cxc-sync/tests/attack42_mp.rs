@@ -67,8 +67,8 @@ use cxc_sync::{
     Preemption, RwLockOptions, SemaphoreOptions, SharedRwLock, SharedSemaphore,
 };
 use cxc_testkit::{
-    Proc, RoleCommand, arg, child_wait_for_path, fields, path_arg, play_role, report, serial,
-    sleep_forever, try_arg,
+    Proc, RoleCommand, arg, child_wait_for_path, fields, is_root, path_arg, play_role, report,
+    serial, sleep_forever, try_arg,
 };
 
 const HUGE_GRACE: u64 = 1 << 40;
@@ -79,11 +79,6 @@ const NOBODY: u32 = 65534;
 
 fn me() -> u32 {
     std::process::id()
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn skip_unless_root(test: &str) -> bool {

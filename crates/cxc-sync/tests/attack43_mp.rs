@@ -41,55 +41,20 @@
 //! test re-executes this binary in roles (`cxc_testkit::play_role!`); the parent sides run
 //! one at a time (a file-wide lock). Tests 3 and 4 need root and skip otherwise.
 
-use std::os::fd::OwnedFd;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cxc_sync::SharedSemaphore;
 use cxc_sync::liveness::{self, Identity};
 use cxc_testkit::{
-    RoleCommand, exit_main_thread, fields, num, path_arg, play_role, report, serial, sleep_forever,
-    wait_until,
+    RoleCommand, allow_threads, exit_main_thread, fd_free, fields, forbid_threads, is_root, num,
+    path_arg, pids_group, play_role, report, serial, skip_without_pids_cgroup, sleep_forever,
+    use_up_fds, wait_until,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 
 /// The soft `RLIMIT_NOFILE` a role lowers itself to before it uses up its descriptors.
 const FD_LIMIT: u64 = 128;
-
-/// Lowers the soft fd limit to [`FD_LIMIT`] and opens `/dev/null` until the kernel says
-/// `EMFILE`; the descriptors so taken (closing some gives exactly that many free).
-fn use_up_fds() -> Vec<OwnedFd> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: plain syscalls on a local struct.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl), 0);
-        rl.rlim_cur = FD_LIMIT.min(rl.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &rl), 0);
-    }
-    let mut fds = Vec::new();
-    loop {
-        match std::fs::File::open("/dev/null") {
-            Ok(f) => fds.push(OwnedFd::from(f)),
-            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => return fds,
-            Err(e) => panic!("open /dev/null: {e}"),
-        }
-    }
-}
-
-/// Whether this process runs as root.
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Whether this process can still open a file (a free descriptor is left).
-fn fd_free() -> bool {
-    std::fs::File::open("/dev/null").is_ok()
-}
 
 fn ident_line() -> String {
     let id = Identity::current();
@@ -115,7 +80,7 @@ fn role_sem_creator() {
     let path = path_arg("path");
     let free = num(&format!("free={}", cxc_testkit::arg("free")), "free") as usize;
     let take = num(&format!("take={}", cxc_testkit::arg("take")), "take") as u32;
-    let mut fds = use_up_fds();
+    let mut fds = use_up_fds(FD_LIMIT);
     fds.truncate(fds.len() - free);
     let created = SharedSemaphore::create(&path, 4, 4);
     let err = match &created {
@@ -208,7 +173,7 @@ const SEM_JUDGE: &str = "waiter_whose_pidfs_probe_hit_emfile_reclaims_a_dead_hol
 fn role_sem_judge() {
     let dir = path_arg("dir");
     let free: usize = cxc_testkit::arg("free").parse().unwrap();
-    let mut fds = use_up_fds();
+    let mut fds = use_up_fds(FD_LIMIT);
     fds.truncate(fds.len() - free);
     let scratch = SharedSemaphore::create(dir.join("scratch"), 1, 1);
     drop(fds);
@@ -308,7 +273,7 @@ fn role_sem_half() {
 /// calls `reclaim_dead` and a short blocked `acquire_timeout`; reports what it got.
 fn role_sem_emfile_reclaimer() {
     let sem = SharedSemaphore::open(path_arg("path")).unwrap();
-    let fds = use_up_fds();
+    let fds = use_up_fds(FD_LIMIT);
     assert!(!fd_free());
     let t0 = Instant::now();
     let (mut reclaimed, mut got) = (0, 0);
@@ -482,37 +447,6 @@ fn semaphore_created_on_a_full_file_system_is_a_typed_error() {
 
 const ASYNC_NPROC: &str = "async_waiter_whose_reactor_thread_cannot_start_is_woken_later";
 
-/// The pids cgroup (v1) this process made for itself.
-fn pids_cgroup() -> std::path::PathBuf {
-    Path::new("/sys/fs/cgroup/pids").join(format!("cxc_attack43_{}", std::process::id()))
-}
-
-/// Moves this process into a pids cgroup of its own that allows no new task.
-fn forbid_threads() {
-    let cg = pids_cgroup();
-    std::fs::create_dir(&cg).unwrap();
-    std::fs::write(cg.join("pids.max"), "1").unwrap();
-    std::fs::write(cg.join("cgroup.procs"), std::process::id().to_string()).unwrap();
-    assert!(
-        std::thread::Builder::new().spawn(|| {}).is_err(),
-        "limit not in force"
-    );
-}
-
-/// Lifts the limit of [`forbid_threads`].
-fn allow_threads() {
-    std::fs::write(pids_cgroup().join("pids.max"), "max").unwrap();
-}
-
-/// Leaves the cgroup and removes it.
-fn leave_cgroup() {
-    let _ = std::fs::write(
-        "/sys/fs/cgroup/pids/cgroup.procs",
-        std::process::id().to_string(),
-    );
-    let _ = std::fs::remove_dir(pids_cgroup());
-}
-
 struct Flag(std::thread::Thread, std::sync::atomic::AtomicBool);
 
 impl std::task::Wake for Flag {
@@ -569,7 +503,6 @@ fn role_async_waiter() {
         panicked = r.is_err();
         early_polls = r.unwrap_or(0);
         allow_threads();
-        leave_cgroup();
     }
     let fut = sem.acquire_async();
     std::fs::write(dir.join("armed"), "").unwrap();
@@ -589,8 +522,7 @@ fn role_async_waiter() {
 #[test]
 fn async_waiter_whose_reactor_thread_cannot_start_is_woken_later() {
     play_role!(role_async_waiter);
-    if !is_root() || !Path::new("/sys/fs/cgroup/pids/cgroup.procs").exists() {
-        println!("SKIPPED: needs root and the cgroup v1 pids controller");
+    if skip_without_pids_cgroup(ASYNC_NPROC) {
         return;
     }
     let _s = serial();
@@ -608,9 +540,7 @@ fn async_waiter_whose_reactor_thread_cannot_start_is_woken_later() {
         std::thread::sleep(Duration::from_millis(100));
         drop(permit);
         let out = c.output(REPORT_WAIT);
-        let _ = std::fs::remove_dir(
-            Path::new("/sys/fs/cgroup/pids").join(format!("cxc_attack43_{}", c.pid())),
-        );
+        let _ = std::fs::remove_dir(pids_group(c.pid()));
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         println!("limit={limit}: status={:?} {text}", out.status);
         assert!(out.status.success(), "{text}");

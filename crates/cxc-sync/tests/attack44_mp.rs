@@ -50,7 +50,7 @@
 //! test re-executes this binary in roles (`cxc_testkit::play_role!`); the parent sides
 //! run one at a time (a file-wide lock).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -60,8 +60,8 @@ use cxc_sync::{
     LeaseOptions, MmapElection, OwnerLease, Preemption, SharedSemaphore,
 };
 use cxc_testkit::{
-    Proc, RoleCommand, arg, child_wait_for_path, find_program, num, path_arg, play_role, report,
-    serial, sleep_forever, wait_until,
+    Freezer, Proc, RoleCommand, arg, child_wait_for_path, find_program, num, path_arg, play_role,
+    report, serial, skip_without_freezer, skip_without_unshare_timens, sleep_forever, wait_until,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
@@ -72,46 +72,9 @@ const TICK: Duration = Duration::from_millis(1);
 const GRACE: u64 = 200;
 /// The foreign namespace's clock offset: one hour.
 const HOUR: i64 = 3600;
-const FREEZER: &str = "/sys/fs/cgroup/freezer";
 
 fn me() -> u32 {
     std::process::id()
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn skip(test: &str, why: &str) -> bool {
-    println!("SKIPPED: {test}: {why}");
-    eprintln!("SKIPPED: {test}: {why}");
-    true
-}
-
-/// Whether `test` can make time namespaces here (root and `unshare`); prints SKIPPED if
-/// not.
-fn skip_without_timens(test: &str) -> bool {
-    if !is_root() {
-        return skip(test, "needs root (time namespaces)");
-    }
-    if find_program("CXC_UNSHARE", "unshare").is_none() {
-        return skip(test, "needs unshare(1) (time namespaces)");
-    }
-    if !Path::new("/proc/self/ns/time").exists() {
-        return skip(test, "the kernel has no time namespaces");
-    }
-    false
-}
-
-fn skip_without_freezer(test: &str) -> bool {
-    if !is_root() {
-        return skip(test, "needs root (cgroup v1 freezer)");
-    }
-    if !Path::new(FREEZER).join("cgroup.procs").exists() {
-        return skip(test, "no cgroup v1 freezer hierarchy");
-    }
-    false
 }
 
 /// Starts `cmd` as the first child of a new time namespace whose `CLOCK_MONOTONIC` is
@@ -141,57 +104,6 @@ fn spawn_maybe_timens(cmd: RoleCommand, mono: i64, boot: i64, what: &str) -> Pro
         cmd.spawn()
     } else {
         spawn_in_timens(cmd, mono, boot, what)
-    }
-}
-
-/// A cgroup v1 freezer group of this test; thawed, emptied and removed on drop.
-struct Freezer {
-    dir: PathBuf,
-}
-
-impl Freezer {
-    fn new(tag: &str) -> Freezer {
-        let dir = Path::new(FREEZER).join(format!("cxc-attack44-{}-{tag}", me()));
-        let _ = std::fs::create_dir(&dir);
-        Freezer { dir }
-    }
-
-    fn add(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
-    }
-
-    fn set(&self, state: &str) {
-        std::fs::write(self.dir.join("freezer.state"), state).unwrap();
-        let ok = wait_until(Duration::from_secs(5), || {
-            std::fs::read_to_string(self.dir.join("freezer.state")).is_ok_and(|s| s.trim() == state)
-        });
-        assert!(ok, "freezer group did not reach {state}");
-    }
-
-    fn freeze(&self, pid: u32) {
-        self.add(pid);
-        self.set("FROZEN");
-    }
-
-    fn thaw(&self) {
-        self.set("THAWED");
-    }
-}
-
-impl Drop for Freezer {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("freezer.state"), "THAWED");
-        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
-            for p in procs.split_whitespace() {
-                let _ = std::fs::write(Path::new(FREEZER).join("cgroup.procs"), p);
-            }
-        }
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
     }
 }
 
@@ -378,7 +290,7 @@ const T1: &str = "lease_waiter_ahead_in_time_never_takes_over_a_beating_holder";
 #[test]
 fn lease_waiter_ahead_in_time_never_takes_over_a_beating_holder() {
     play_role!(role_lease_contender);
-    if skip_without_timens(T1) {
+    if skip_without_unshare_timens(T1) {
         return;
     }
     let _s = serial();
@@ -428,7 +340,7 @@ const T1E: &str = "standby_ahead_in_time_is_not_elected_while_the_leader_renews"
 #[test]
 fn standby_ahead_in_time_is_not_elected_while_the_leader_renews() {
     play_role!(role_standby);
-    if skip_without_timens(T1E) {
+    if skip_without_unshare_timens(T1E) {
         return;
     }
     let _s = serial();
@@ -506,7 +418,8 @@ fn frozen_holder_round(test: &str, holder_ahead: i64, poison: i64) -> Option<Dur
     let pid = num(&rep, "pid") as u32;
     std::thread::sleep(Duration::from_millis(50));
     let fr = Freezer::new("lease");
-    fr.freeze(pid);
+    fr.add(pid);
+    fr.freeze();
     let t0 = Instant::now();
     let got = lease.acquire(me(), GRACE, Duration::from_secs(3));
     let took = t0.elapsed();
@@ -532,7 +445,7 @@ const T2: &str = "lease_holder_ahead_in_time_frozen_is_replaced_after_the_grace"
 #[test]
 fn lease_holder_ahead_in_time_frozen_is_replaced_after_the_grace() {
     play_role!(role_lease_holder);
-    if skip_without_timens(T2) || skip_without_freezer(T2) {
+    if skip_without_unshare_timens(T2) || skip_without_freezer(T2) {
         return;
     }
     let _s = serial();
@@ -560,7 +473,7 @@ const T3: &str = "lease_once_held_by_a_process_ahead_still_replaces_a_frozen_hol
 #[test]
 fn lease_once_held_by_a_process_ahead_still_replaces_a_frozen_holder() {
     play_role!(role_lease_holder);
-    if skip_without_timens(T3) || skip_without_freezer(T3) {
+    if skip_without_unshare_timens(T3) || skip_without_freezer(T3) {
         return;
     }
     let _s = serial();
@@ -586,7 +499,7 @@ const T4: &str = "watchdog_ahead_in_time_never_reclaims_a_beating_worker";
 #[test]
 fn watchdog_ahead_in_time_never_reclaims_a_beating_worker() {
     play_role!(role_hb_watchdog);
-    if skip_without_timens(T4) {
+    if skip_without_unshare_timens(T4) {
         return;
     }
     let _s = serial();
@@ -640,7 +553,7 @@ const T5: &str = "worker_ahead_in_time_frozen_is_reclaimed_after_the_grace";
 #[test]
 fn worker_ahead_in_time_frozen_is_reclaimed_after_the_grace() {
     play_role!(role_hb_worker);
-    if skip_without_timens(T5) || skip_without_freezer(T5) {
+    if skip_without_unshare_timens(T5) || skip_without_freezer(T5) {
         return;
     }
     let _s = serial();
@@ -656,7 +569,8 @@ fn worker_ahead_in_time_frozen_is_reclaimed_after_the_grace() {
         let rep = w.next_report(REPORT_WAIT);
         std::thread::sleep(Duration::from_millis(50));
         let fr = Freezer::new("hb");
-        fr.freeze(num(&rep, "pid") as u32);
+        fr.add(num(&rep, "pid") as u32);
+        fr.freeze();
         let wd = FailoverWatchdog::with_grace(&table, GRACE);
         let t0 = Instant::now();
         let mut got = 0u64;
@@ -708,7 +622,7 @@ const T6: &str = "fallback_identity_semaphore_never_reclaims_a_live_holder_with_
 #[test]
 fn fallback_identity_semaphore_never_reclaims_a_live_holder_with_a_boottime_offset() {
     play_role!(role_sem_holder, role_sem_reclaimer);
-    if skip_without_timens(T6) {
+    if skip_without_unshare_timens(T6) {
         return;
     }
     let _s = serial();
@@ -774,7 +688,8 @@ fn holder_frozen_inside_with_lease_is_replaced_and_its_value_never_appears() {
         let pid = num(&h.next_report(REPORT_WAIT), "pid") as u32;
         assert!(wait_until(REPORT_WAIT, || d.path().join("inside").exists()));
         let fr = Freezer::new("closure");
-        fr.freeze(pid);
+        fr.add(pid);
+        fr.freeze();
         let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let t0 = Instant::now();
         let c = lease
@@ -827,7 +742,8 @@ fn frozen_semaphore_holder_is_never_judged_dead() {
     let rep = h.next_report(REPORT_WAIT);
     assert_eq!(num(&rep, "held"), 1, "{rep}");
     let fr = Freezer::new("sem");
-    fr.freeze(num(&rep, "pid") as u32);
+    fr.add(num(&rep, "pid") as u32);
+    fr.freeze();
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(1) {
         assert_eq!(sem.reclaim_dead(), 0, "a frozen holder was judged dead");

@@ -54,7 +54,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cxc_sync::{
@@ -62,13 +62,12 @@ use cxc_sync::{
     SharedSemaphore,
 };
 use cxc_testkit::{
-    Proc, Rng, RoleCommand, arg, child_wait_for_path, num, path_arg, play_role, report, serial,
-    sleep_forever, wait_until,
+    Freezer, Proc, Rng, RoleCommand, arg, child_wait_for_path, num, path_arg, play_role, report,
+    serial, skip_without_freezer, sleep_forever, wait_until,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 const PATIENCE: Duration = Duration::from_secs(30);
-const FREEZER: &str = "/sys/fs/cgroup/freezer";
 /// The rwlock's grace.
 const GRACE: Duration = Duration::from_millis(200);
 
@@ -76,74 +75,6 @@ type Payload = [u64; 8];
 
 fn me() -> u32 {
     std::process::id()
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn skip_without_freezer(test: &str) -> bool {
-    let why = if !is_root() {
-        "needs root (cgroup v1 freezer)"
-    } else if !Path::new(FREEZER).join("cgroup.procs").exists() {
-        "no cgroup v1 freezer hierarchy"
-    } else {
-        return false;
-    };
-    println!("SKIPPED: {test}: {why}");
-    eprintln!("SKIPPED: {test}: {why}");
-    true
-}
-
-/// A cgroup v1 freezer group of this test; thawed, emptied and removed on drop.
-struct Freezer {
-    dir: PathBuf,
-}
-
-impl Freezer {
-    fn new(tag: &str) -> Freezer {
-        let dir = Path::new(FREEZER).join(format!("cxc-attack45-{}-{tag}", me()));
-        let _ = std::fs::create_dir(&dir);
-        Freezer { dir }
-    }
-
-    fn add(&self, pid: u32) {
-        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
-    }
-
-    fn set(&self, state: &str) {
-        std::fs::write(self.dir.join("freezer.state"), state).unwrap();
-        let ok = wait_until(Duration::from_secs(5), || {
-            std::fs::read_to_string(self.dir.join("freezer.state")).is_ok_and(|s| s.trim() == state)
-        });
-        assert!(ok, "freezer group did not reach {state}");
-    }
-
-    fn freeze(&self) {
-        self.set("FROZEN");
-    }
-
-    fn thaw(&self) {
-        self.set("THAWED");
-    }
-}
-
-impl Drop for Freezer {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("freezer.state"), "THAWED");
-        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
-            for p in procs.split_whitespace() {
-                let _ = std::fs::write(Path::new(FREEZER).join("cgroup.procs"), p);
-            }
-        }
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
 }
 
 /// Appends one line to an O_APPEND ledger file (one `write` call).

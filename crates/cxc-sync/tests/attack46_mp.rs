@@ -54,7 +54,8 @@ use std::time::{Duration, Instant};
 
 use cxc_sync::{EpochMode, LeaseOptions, OwnerLease, Preemption, SharedSemaphore};
 use cxc_testkit::{
-    RoleCommand, arg, child_wait_for_path, num, path_arg, play_role, report, serial, wait_until,
+    RoleCommand, arg, child_wait_for_path, num, path_arg, play_role, report, serial,
+    skip_without_timens, wait_until,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
@@ -68,27 +69,6 @@ const CLONE_NEWTIME: libc::c_int = 0x80;
 
 fn me() -> u32 {
     std::process::id()
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn skip(test: &str, why: &str) -> bool {
-    println!("SKIPPED: {test}: {why}");
-    eprintln!("SKIPPED: {test}: {why}");
-    true
-}
-
-fn skip_without_timens(test: &str) -> bool {
-    if !is_root() {
-        return skip(test, "needs root (time namespaces)");
-    }
-    if !Path::new("/proc/self/ns/time").exists() {
-        return skip(test, "the kernel has no time namespaces");
-    }
-    false
 }
 
 fn lease_opts() -> LeaseOptions {

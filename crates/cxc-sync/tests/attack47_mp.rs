@@ -33,7 +33,6 @@
 //! Every test re-executes this binary in roles (`cxc_testkit::play_role!`); the parent
 //! sides run one at a time (a file-wide lock).
 
-use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -44,40 +43,14 @@ use cxc_sync::{
     SharedSemaphore,
 };
 use cxc_testkit::{
-    RoleCommand, arg, child_wait_for_path, exit_main_thread, fields, path_arg, play_role, report,
-    serial, sleep_forever, wait_until,
+    RoleCommand, arg, child_wait_for_path, exit_main_thread, fd_free, fields, path_arg, play_role,
+    report, serial, sleep_forever, use_up_fds, wait_until,
 };
 
 const REPORT_WAIT: Duration = Duration::from_secs(20);
 
 /// The soft `RLIMIT_NOFILE` a role lowers itself to before it uses up its descriptors.
 const FD_LIMIT: u64 = 128;
-
-/// Lowers the soft fd limit to [`FD_LIMIT`] and opens `/dev/null` until `EMFILE`.
-fn use_up_fds() -> Vec<OwnedFd> {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: plain syscalls on a local struct.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl), 0);
-        rl.rlim_cur = FD_LIMIT.min(rl.rlim_max);
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &rl), 0);
-    }
-    let mut fds = Vec::with_capacity(256);
-    loop {
-        match std::fs::File::open("/dev/null") {
-            Ok(f) => fds.push(OwnedFd::from(f)),
-            Err(e) if e.raw_os_error() == Some(libc::EMFILE) => return fds,
-            Err(e) => panic!("open /dev/null: {e}"),
-        }
-    }
-}
-
-fn fd_free() -> bool {
-    std::fs::File::open("/dev/null").is_ok()
-}
 
 fn lease_opts() -> LeaseOptions {
     LeaseOptions {
@@ -436,7 +409,7 @@ fn role_fd_judge() {
     report("ready");
     child_wait_for_path(&path_arg("dir").join("go"), REPORT_WAIT);
     let fds = if arg("starve") == "1" {
-        use_up_fds()
+        use_up_fds(FD_LIMIT)
     } else {
         Vec::new()
     };
@@ -601,7 +574,7 @@ fn role_full_newcomer() {
     let path = path_arg("path");
     // Warm the identity first (a scratch semaphore in the directory).
     drop(SharedSemaphore::create(path_arg("dir").join("scratch"), 1, 1).unwrap());
-    let fds = use_up_fds();
+    let fds = use_up_fds(FD_LIMIT);
     let starved = match SharedSemaphore::open(&path) {
         Ok(s) => {
             let got = s.try_acquire_many(2).is_some()

@@ -1345,8 +1345,7 @@ fn ns_role(test: &str) -> bool {
 }
 
 fn pid_reuse_parent(test: &str, fallback: bool) -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !cxc_testkit::is_root() {
         println!("SKIPPED: needs root");
         return None;
     }

@@ -18,6 +18,11 @@
 //! - [`find_program`] finds a program a test runs; [`all_threads_in_state`] reads a
 //!   process's threads' states.
 //! - [`exit_main_thread`] ends the main thread alone (the `pthread_exit` pattern).
+//! - [`Freezer`] stops processes without a signal (a cgroup v1 freezer group);
+//!   [`use_up_fds`] and [`fd_free`] run a process out of descriptors; [`is_root`],
+//!   [`skip`] and the `skip_without_*` checks ([`skip_without_freezer`],
+//!   [`skip_without_timens`], [`skip_without_unshare_timens`]) print SKIPPED for a test
+//!   that needs what the machine does not give.
 //! - [`mono_ns`] is one clock for all processes; [`read_word`] reads a shared word with
 //!   `pread`; [`sigkill`] kills a raw pid.
 //! - [`sealed`] and [`intact`] make and check a multi-word payload whose torn copies
@@ -56,6 +61,7 @@
 mod command;
 mod half_exit;
 mod host;
+mod hostile;
 mod payload;
 mod proc;
 mod rng;
@@ -66,6 +72,11 @@ pub use command::{RoleCommand, spawn_role};
 pub use half_exit::{HALF_EXIT_SIGNAL, exit_main_thread, main_thread_exited};
 pub use host::{
     all_threads_in_state, find_program, mono_ns, process_cpu, read_word, sigkill, thread_cpu,
+};
+pub use hostile::{
+    FREEZER, Freezer, PIDS, allow_threads, fd_free, forbid_threads, is_root, pids_group, skip,
+    skip_without_freezer, skip_without_pids_cgroup, skip_without_timens,
+    skip_without_unshare_timens, use_up_fds,
 };
 pub use payload::{intact, sealed};
 pub use proc::Proc;

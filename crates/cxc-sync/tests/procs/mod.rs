@@ -26,10 +26,7 @@ pub fn dir() -> PathBuf {
 }
 
 /// Whether this process may make pid namespaces and write `ns_last_pid`.
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+pub use cxc_testkit::is_root;
 
 /// Prints the skip notice of a test that needs root (and says so loudly: a skipped test
 /// has not passed).
