@@ -425,7 +425,10 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> OwnerLease<T> {
         if self.linked.load(O::Relaxed) & bit == 0 && st.arm_sentinel(h) {
             self.linked.fetch_or(bit, O::Relaxed);
         }
-        if u64::from(proc) < 1 << 23 {
+        // Not cached while this process could not start its sentinel thread yet (a
+        // passing thread shortage): the next use comes here again and arms the slot
+        // once the thread runs, instead of going without a sentinel for the handle's life.
+        if u64::from(proc) < 1 << 23 && !super::sentinel_start_pending() {
             let entry = u64::from(proc) << 41 | (pid & PID_WORD_MASK) << 8 | u64::from(h);
             // The first free or stale entry, else the last (the first entries stay hot).
             let i = self

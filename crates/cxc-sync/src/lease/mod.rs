@@ -17,6 +17,16 @@ mod write;
 pub use claim::{DEFAULT_GRACE_EPOCHS, LeaseClaim, LeaseError, LeaseOptions, Preemption};
 #[cfg(all(feature = "async", target_os = "linux", not(cxc_loom)))]
 pub(crate) use sentinel::host as host_on_sentinel;
+
+/// Whether this process's sentinel thread could not be started yet and will be tried
+/// again (`sentinel.rs`); never without a sentinel module.
+#[inline]
+fn sentinel_start_pending() -> bool {
+    #[cfg(all(target_os = "linux", not(cxc_loom)))]
+    return sentinel::start_pending();
+    #[cfg(not(all(target_os = "linux", not(cxc_loom))))]
+    return false;
+}
 pub use state::{LeaseStats, PAYLOAD_BYTES, counter};
 
 /// The seed's name for "no owner": pid 0 is reserved and never a holder (every call

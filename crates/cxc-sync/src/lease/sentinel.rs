@@ -72,9 +72,46 @@ struct Sentinel {
 /// `None` until the first link, and in a child that has not linked yet.
 static SENTINEL: ForkSafeMutex<Option<Sentinel>> = ForkSafeMutex::new(None);
 
-/// The process (lineage token) whose sentinel thread did not report in time: it goes
-/// without one (its slots have no sentinel), rather than try again at every claim.
+/// The process (lineage token) whose sentinel thread did not report in time, or whose
+/// kernel refused the robust list: it goes without one (its slots have no sentinel),
+/// rather than start another thread that would be stuck the same way.
 static GAVE_UP: AtomicU32 = AtomicU32::new(0);
+
+/// The process (lineage token) that could not start a sentinel thread (the thread limit,
+/// `RLIMIT_NPROC`, memory), and from when on (ms of `CLOCK_MONOTONIC`) it tries again:
+/// a passing shortage, so it does not go without one for life, nor try at every claim.
+static RETRY_PROC: AtomicU32 = AtomicU32::new(0);
+static RETRY_AT_MS: AtomicU64 = AtomicU64::new(0);
+
+/// How long a process that could not start its sentinel thread waits before it tries
+/// again (at its next registration or async wait).
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A head made for a thread that could not be started, for the next attempt (so that
+/// retrying leaks nothing).
+static SPARE_HEAD: ForkSafeMutex<Option<&'static RobustHead>> = ForkSafeMutex::new(None);
+
+/// Why [`start`] gave no sentinel.
+enum NoSentinel {
+    /// No thread could be started: try again after [`RETRY_AFTER`].
+    Spawn,
+    /// The thread did not report in time, or the kernel refused its list: for life.
+    GiveUp,
+}
+
+/// Whether this process has no sentinel yet only because it could not start the thread
+/// (it tries again, see [`RETRY_AFTER`]): a handle then keeps going through its slow
+/// path, which arms its slot once a sentinel runs.
+pub(crate) fn start_pending() -> bool {
+    let proc = cxc_mmf::identity::current_proc();
+    // Relaxed: a hint; the slow path decides under the lock.
+    RETRY_PROC.load(Ordering::Relaxed) == proc && GAVE_UP.load(Ordering::Relaxed) != proc
+}
+
+fn now_ms() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1000) + t.tv_nsec as u64 / 1_000_000
+}
 
 /// How long a new sentinel thread may take to report its thread id. It takes
 /// microseconds; a thread started in a child made by `fork` from a process with other
@@ -84,14 +121,17 @@ static GAVE_UP: AtomicU32 = AtomicU32::new(0);
 /// about one fork in a thousand): the claim then goes on without a sentinel.
 const REPORT_WITHIN: Duration = Duration::from_secs(1);
 
-/// Starts this process's sentinel thread. `None` if no thread could be started or the
-/// kernel refused the list (then slots simply have no sentinel).
-fn start(proc: u32) -> Option<Sentinel> {
-    let head: &'static RobustHead = Box::leak(Box::new(RobustHead {
-        next: AtomicPtr::new(ptr::null_mut()),
-        futex_offset: super::slot::SENTINEL_FROM_ENTRY as libc::c_long,
-        pending: AtomicPtr::new(ptr::null_mut()),
-    }));
+/// Starts this process's sentinel thread. `Err` if no thread could be started, it did
+/// not report, or the kernel refused the list (then slots simply have no sentinel).
+fn start(proc: u32) -> Result<Sentinel, NoSentinel> {
+    let spare = SPARE_HEAD.lock(|| None).take();
+    let head: &'static RobustHead = spare.unwrap_or_else(|| {
+        Box::leak(Box::new(RobustHead {
+            next: AtomicPtr::new(ptr::null_mut()),
+            futex_offset: super::slot::SENTINEL_FROM_ENTRY as libc::c_long,
+            pending: AtomicPtr::new(ptr::null_mut()),
+        }))
+    });
     head.next.store(
         ptr::from_ref(head).cast_mut().cast::<AtomicU64>(),
         Ordering::Release,
@@ -135,10 +175,21 @@ fn start(proc: u32) -> Option<Sentinel> {
                     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                 }
             }
-        })
-        .ok()?;
-    let tid = rx.recv_timeout(REPORT_WITHIN).ok()??;
-    Some(Sentinel {
+        });
+    let thread = match thread {
+        Ok(t) => t,
+        Err(_) => {
+            // The closure, the only other holder of `head`, was dropped unrun.
+            *SPARE_HEAD.lock(|| None) = Some(head);
+            return Err(NoSentinel::Spawn);
+        }
+    };
+    let tid = rx
+        .recv_timeout(REPORT_WITHIN)
+        .ok()
+        .flatten()
+        .ok_or(NoSentinel::GiveUp)?;
+    Ok(Sentinel {
         proc,
         tid,
         head,
@@ -154,10 +205,20 @@ fn ensure(guard: &mut Option<Sentinel>) -> Option<&mut Sentinel> {
         // A forked child's copy of its parent's: the parent's thread and entries.
         *guard = None;
     }
-    if guard.is_none() && GAVE_UP.load(Ordering::Relaxed) != proc {
-        *guard = start(proc);
-        if guard.is_none() {
-            GAVE_UP.store(proc, Ordering::Relaxed);
+    // Relaxed: these are read and written only under the caller's lock of SENTINEL.
+    let waiting = RETRY_PROC.load(Ordering::Relaxed) == proc
+        && now_ms() < RETRY_AT_MS.load(Ordering::Relaxed);
+    if guard.is_none() && GAVE_UP.load(Ordering::Relaxed) != proc && !waiting {
+        match start(proc) {
+            Ok(s) => {
+                *guard = Some(s);
+                RETRY_PROC.store(0, Ordering::Relaxed);
+            }
+            Err(NoSentinel::Spawn) => {
+                RETRY_AT_MS.store(now_ms() + RETRY_AFTER.as_millis() as u64, Ordering::Relaxed);
+                RETRY_PROC.store(proc, Ordering::Relaxed);
+            }
+            Err(NoSentinel::GiveUp) => GAVE_UP.store(proc, Ordering::Relaxed),
         }
     }
     guard.as_mut()

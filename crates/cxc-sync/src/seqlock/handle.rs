@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use cxc_mmf::identity::{Identity, current_proc};
+use cxc_mmf::identity::{current_proc, identify};
 use cxc_mmf::{Mapped, MmfError};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -57,6 +57,15 @@ pub enum WriteError {
     /// value its closure never saw.
     #[error("another writer published first; the update's result was not published")]
     Superseded,
+    /// This thread needed a writer slot and this process's identity could not be read
+    /// (`errno`: e.g. `EMFILE` in a forked child short of descriptors). Nothing was
+    /// written and no slot was taken; a later write tries again. A slot reserved under an
+    /// unknown identity could never be judged dead, so none is.
+    #[error("could not identify this process for a writer slot: {}", std::io::Error::from_raw_os_error(*errno))]
+    Identify {
+        /// The OS error number of the failed read.
+        errno: i32,
+    },
 }
 
 /// What the `update` before this one left behind.
@@ -410,7 +419,11 @@ impl<T: FromBytes + IntoBytes + Immutable + KnownLayout> SeqLock<T> {
         }
         // A new thread, or a forked child (whose copy of the lanes names its parent's
         // slots, which it must not use).
-        let ident = Identity::current().to_words();
+        let ident = identify()
+            .map_err(|e| WriteError::Identify {
+                errno: e.raw_os_error(),
+            })?
+            .to_words();
         let slot = self
             .state()
             .reserve(ident, judge_slot)
