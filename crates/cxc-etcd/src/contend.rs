@@ -301,6 +301,18 @@ impl Contender {
                 .created
         };
         let first = nth_get(&resp, base).ok_or(protocol("no contender key in a transaction"))?;
+        if first.created == created && !self.session.alive(session) {
+            // First, but the session ran out while the reply was on its way (a request
+            // held up by a hung member, this process stopped): the key dies with the
+            // session, and someone else may hold already. Never hand out a claim known
+            // lost; end the session (its key goes with it) and report "not first".
+            self.session.expired(session);
+            return Ok(Err(Held {
+                owner: mine,
+                rev,
+                still_held: false,
+            }));
+        }
         if first.created == created {
             *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some((session, created));
             return Ok(Ok(First {
