@@ -96,6 +96,11 @@ const GRACE: Duration = Duration::from_millis(300);
 
 type Payload = [u64; 8];
 
+/// A new rwlock file at `path` holding zeros, with the test's grace.
+fn rw_at(path: &Path) -> SharedRwLock<Payload> {
+    SharedRwLock::create_with(path, [0; 8], &RwLockOptions::default().grace(GRACE)).unwrap()
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -591,12 +596,7 @@ fn async_rwlock_waiters_evict_a_frozen_writer_at_the_grace_and_wait_for_a_frozen
     for round in 0..4u64 {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("rw");
-        let lock = SharedRwLock::<Payload>::create_with(
-            &path,
-            [0; 8],
-            &RwLockOptions::default().grace(GRACE),
-        )
-        .unwrap();
+        let lock = rw_at(&path);
         let mut w = RoleCommand::new(T4, "rw_writer")
             .arg("path", &path)
             .arg("dir", d.path())
@@ -955,12 +955,7 @@ fn frozen_draining_write_async_never_overlaps_another_writer() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("rw");
         let log = d.path().join("ledger");
-        let lock = SharedRwLock::<Payload>::create_with(
-            &path,
-            [0; 8],
-            &RwLockOptions::default().grace(GRACE),
-        )
-        .unwrap();
+        let lock = rw_at(&path);
         let mut r = RoleCommand::new(T7, "rw_reader")
             .arg("path", &path)
             .arg("dir", d.path())
@@ -1295,14 +1290,7 @@ fn semaphore_and_rwlock_futures_cancelled_at_the_thaw_leave_nothing_behind() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join(kind);
         let sem = (kind == "sem").then(|| SharedSemaphore::create(&path, 3, 3).unwrap());
-        let rw = (kind == "rw").then(|| {
-            SharedRwLock::<Payload>::create_with(
-                &path,
-                [0; 8],
-                &RwLockOptions::default().grace(GRACE),
-            )
-            .unwrap()
-        });
+        let rw = (kind == "rw").then(|| rw_at(&path));
         let permits: Vec<_> = sem
             .iter()
             .flat_map(|s| (0..3).map(|_| s.try_acquire().unwrap()).collect::<Vec<_>>())
