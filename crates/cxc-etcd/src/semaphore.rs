@@ -518,6 +518,14 @@ impl EtcdSemaphore {
             },
             Err(e) => return Err(e),
         };
+        if !self.session.alive(session) {
+            // Taken, but the session ran out while the answer was on its way: the key
+            // dies with the session, and the permit may be another's already. Never
+            // hand out a permit known lost (as a claim attempt, `contend.rs`): end the
+            // session (its key goes with it) and count again.
+            self.session.expired(session);
+            return Ok(None);
+        }
         let permit = EtcdPermit {
             token,
             key,

@@ -10,7 +10,9 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{EtcdCluster, child, connect, keys_under, linger, max_overlap, mono_ns, revoke, rt};
+use common::{
+    EtcdCluster, StopOnDrop, child, connect, keys_under, linger, max_overlap, mono_ns, revoke, rt,
+};
 use cxc_etcd::{
     Etcd, EtcdError, EtcdLease, EtcdOptions, EtcdSemaphore, FencedLease, KeepAlive, PermitPool,
 };
@@ -61,15 +63,6 @@ fn live_counts(etcd: &Etcd, prefix: &str) -> Vec<(i64, usize)> {
             }
         }
     })
-}
-
-/// Sets the flag when dropped (also when a scope's body panics, so its threads end).
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }
 
 /// A claim of a beat-driven handle is presumed lost (no beat within the TTL); the only

@@ -14,8 +14,8 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{
-    EtcdCluster, EtcdServer, child, connect, elector, etcdctl_command, keys_under, log_tokens,
-    max_overlap, mono_ns, others, revoke, rt, serial, starting_with,
+    EtcdCluster, EtcdServer, StopOnDrop, child, connect, elector, etcdctl_command, keys_under,
+    log_tokens, max_overlap, mono_ns, others, revoke, rt, serial, starting_with,
 };
 use cxc_etcd::{
     Etcd, EtcdFencedKey, EtcdLease, EtcdSemaphore, FencedLease, FencedResource, KeepAlive,
@@ -40,15 +40,6 @@ fn background(server: &EtcdServer, ttl: Duration) -> Etcd {
         KeepAlive::Background,
         Duration::from_secs(2),
     )
-}
-
-/// Sets the flag when dropped (also when a scope's body panics, so that its threads end).
-struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
 }
 
 /// If this process is a child, plays its role and exits.

@@ -41,7 +41,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{EtcdCluster, connect, max_overlap, mono_ns, patiently, rt, serial, starting_with};
+use common::{
+    EtcdCluster, StopOnDrop, connect, max_overlap, mono_ns, patiently, rt, serial, starting_with,
+};
 use cxc_etcd::{
     ElectionBackend, EtcdElection, EtcdError, EtcdLease, EtcdSemaphore, FencedLease, KeepAlive,
 };
@@ -218,6 +220,7 @@ fn compaction_storm_never_strands_a_waiter_nor_grants_twice() {
     let lease_name = "cs/lease";
     let running = AtomicUsize::new(0);
     std::thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
         s.spawn(|| {
             let raw = Raw::new(&eps);
             let mut i = 0u64;
@@ -424,6 +427,8 @@ fn defrag_of_each_member_costs_no_claim_and_grants_nothing_twice() {
     let rival_at = Mutex::new(Vec::<(String, u64)>::new());
     let mut defrags = Vec::new();
     std::thread::scope(|s| {
+        // A panic below ends the threads instead of leaving the scope waiting for them.
+        let _stop = StopOnDrop(&stop);
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let t = mono_ns();
@@ -450,7 +455,9 @@ fn defrag_of_each_member_costs_no_claim_and_grants_nothing_twice() {
         });
         s.spawn(|| {
             let e = connect(&eps, ttl, KeepAlive::Background, request);
-            let p = EtcdSemaphore::open(&e, "df/pool", 1).expect("pool");
+            let p = patiently("open", Duration::from_secs(20), || {
+                EtcdSemaphore::open(&e, "df/pool", 1)
+            });
             while !stop.load(Ordering::Relaxed) {
                 if let Ok(Some(_)) = p.take_permit(Duration::from_secs(1)) {
                     rival_at.lock().unwrap().push(("take".into(), mono_ns()));
@@ -459,14 +466,17 @@ fn defrag_of_each_member_costs_no_claim_and_grants_nothing_twice() {
             }
         });
         for m in 0..3 {
-            let polling = AtomicBool::new(true);
+            let done = AtomicBool::new(false);
             let rotated = starting_with(&cluster, m);
             let ends = std::thread::scope(|s2| {
+                let _done = StopOnDrop(&done);
                 s2.spawn(|| {
                     let e = connect(&rotated, ttl, KeepAlive::Background, request);
                     let l = EtcdLease::new(&e, "df/lease", 0u64).expect("lease");
-                    let p = EtcdSemaphore::open(&e, "df/pool", 1).expect("pool");
-                    while polling.load(Ordering::Relaxed) {
+                    let p = patiently("open", Duration::from_secs(20), || {
+                        EtcdSemaphore::open(&e, "df/pool", 1)
+                    });
+                    while !done.load(Ordering::Relaxed) {
                         if let Ok(Some(_)) = l.try_claim() {
                             rival_at
                                 .lock()
@@ -489,7 +499,7 @@ fn defrag_of_each_member_costs_no_claim_and_grants_nothing_twice() {
                 let r = member.rt.block_on(async move { c.defragment().await });
                 let took = t.elapsed();
                 std::thread::sleep(Duration::from_millis(300));
-                polling.store(false, Ordering::Relaxed);
+                done.store(true, Ordering::Relaxed);
                 (r.map(|_| ()).map_err(|e| e.to_string()), took, leader)
             });
             defrags.push((m, ends));

@@ -52,7 +52,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{
-    EtcdCluster, child, connect, keys_under, mono_ns, others, patiently, serial, starting_with,
+    EtcdCluster, StopOnDrop, child, connect, keys_under, mono_ns, others, patiently, serial,
+    starting_with,
 };
 use cxc_etcd::{EtcdLease, EtcdSemaphore, FencedLease, KeepAlive};
 use cxc_testkit::{Proc, arg, child_wait_for_path, fields, path_arg, report, wait_until};
@@ -289,6 +290,8 @@ fn round(
         .expect("at");
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
+        // A panic below ends the rival's polling instead of leaving the scope waiting.
+        let stopper = StopOnDrop(&stop);
         let polling = s.spawn(|| rival.poll(&stop));
         let target = at + offset.as_nanos() as u64;
         let now = mono_ns();
@@ -310,7 +313,7 @@ fn round(
         std::thread::sleep(Duration::from_millis(800));
         // The rival stops before the holder is told to finish: the holder gives its
         // claim and permit back as it exits, and a grant after that is no finding.
-        stop.store(true, Ordering::Relaxed);
+        drop(stopper);
         polling.join().expect("rival");
         std::fs::write(dir.path().join("done"), "").expect("done");
         let after = kid.next_report(Duration::from_secs(30));

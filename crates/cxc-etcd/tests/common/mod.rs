@@ -21,6 +21,16 @@ pub use client::{
 };
 pub use etcd::{EtcdCluster, EtcdServer};
 
+/// Sets the flag when dropped, also when a scope's body panics: the scope's threads that
+/// loop until the flag end, and the test fails with the panic instead of hanging.
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// How long a child waits for its parent before giving up (the parent failed then).
 pub const CHILD_PATIENCE: Duration = Duration::from_secs(60);
 
